@@ -1,0 +1,21 @@
+"""The agent zoo and its registry."""
+
+from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
+from neural_testbed.agents.registry import (
+    AGENTS,
+    AgentSpec,
+    get_agent,
+    parse_overrides,
+    register,
+)
+
+__all__ = [
+    "AGENTS",
+    "AgentSpec",
+    "MLPConfig",
+    "get_agent",
+    "make_mlp_agent",
+    "mlp_sweep",
+    "parse_overrides",
+    "register",
+]

@@ -1,0 +1,102 @@
+"""The mlp baseline: one MLP trained by cross-entropy with L2 weight decay.
+
+It has no epistemic uncertainty: every index gives the same network, so the
+evaluator evaluates it once. It is the baseline every agent's KL is
+normalised by.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from neural_testbed import base, networks
+from neural_testbed.agents import training
+
+__all__ = ["MLPConfig", "make_mlp_agent", "mlp_sweep"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MLPConfig:
+    """Hyperparameters of the mlp agent (paper defaults)."""
+
+    hidden: tuple[int, ...] = (50, 50)  # hidden layer widths, ReLU
+    learning_rate: float = 1e-3  # Adam step size
+    num_steps: int = 1000  # Adam steps
+    batch_size: int = 100  # minibatch size, drawn with replacement from the T pairs
+    l2_weight_decay: float = 1.0  # lambda; loss += lambda / T * |params|^2 (see below)
+    adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
+
+    def __post_init__(self):
+        _check_config(self)
+
+
+def _check_config(config) -> None:
+    """Rejects values no training run can use, naming the field and the rule."""
+    for name in ("num_steps", "batch_size"):
+        value = getattr(config, name)
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value!r}")
+    if not config.learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {config.learning_rate!r}")
+    if not config.l2_weight_decay >= 0:
+        raise ValueError(f"l2_weight_decay must be >= 0, got {config.l2_weight_decay!r}")
+    if not config.hidden or any(w < 1 for w in config.hidden):
+        raise ValueError(f"hidden must be one or more widths >= 1, got {config.hidden!r}")
+
+
+def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
+    """Builds the mlp agent.
+
+    Example:
+      >>> agent = make_mlp_agent(MLPConfig(l2_weight_decay=0.1))
+      >>> state = agent.train(jax.random.key(0), data, prior)
+      >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))
+    """
+
+    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge):
+        init_key, train_key = jax.random.split(key)
+        params = networks.init_mlp(
+            init_key, prior.input_dim, (*config.hidden, prior.num_classes)
+        )
+        scale = training.weight_decay_scale(
+            config.l2_weight_decay, prior, config.adaptive_weight_scale
+        )
+        # add_decayed_weights(2 s) before Adam adds the gradient of s |params|^2,
+        # i.e. the reference's L2 loss term (coupled, not decoupled, decay).
+        optimizer = optax.chain(
+            optax.add_decayed_weights(2 * scale), optax.adam(config.learning_rate)
+        )
+
+        def loss_fn(params, batch, key):
+            del key  # deterministic network
+            logits = networks.apply_mlp(params, batch.x)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
+
+        params, _ = training.train_minibatch(
+            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size
+        )
+        return params
+
+    def apply(params, x, index):
+        del index  # a single network
+        return networks.apply_mlp(params, x)
+
+    def sample_index(key):
+        del key
+        return jnp.zeros((), jnp.int32)
+
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=1))
+
+
+def mlp_sweep() -> tuple[MLPConfig, ...]:
+    """The paper's sweep: adaptive scaling on/off x lambda in {1e-4, ..., 100} (14 configs)."""
+    lambdas = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+    return tuple(
+        MLPConfig(l2_weight_decay=lam, adaptive_weight_scale=adaptive)
+        for adaptive, lam in itertools.product((True, False), lambdas)
+    )

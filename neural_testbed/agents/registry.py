@@ -1,0 +1,150 @@
+"""The agent registry: leaderboard name -> (config type, default, sweep, constructor).
+
+Built-in agents sit in one explicit dict; :data:`AGENTS` is a read-only view of
+it. A user adds an agent with :func:`register`, which refuses to overwrite a
+name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from neural_testbed import base
+from neural_testbed.agents import mlp
+
+__all__ = ["AgentSpec", "AGENTS", "register", "get_agent", "parse_overrides"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSpec:
+    """Everything the leaderboard needs to know about an agent.
+
+    Attributes:
+      config_type: a frozen dataclass of the agent's hyperparameters.
+      default: the default config (an instance of ``config_type``).
+      sweep: returns the hyperparameter sweep, a tuple of configs.
+      make: builds the agent from a config.
+      description: one line for ``neural-testbed agents``.
+    """
+
+    config_type: type
+    default: Any
+    sweep: Callable[[], Sequence[Any]]
+    make: Callable[[Any], base.Agent]
+    description: str = ""
+
+    def __post_init__(self):
+        if not (dataclasses.is_dataclass(self.config_type) and isinstance(self.config_type, type)):
+            raise TypeError(f"config_type must be a dataclass type, got {self.config_type!r}")
+        if not isinstance(self.default, self.config_type):
+            raise TypeError(
+                f"default must be an instance of {self.config_type.__name__}, got {self.default!r}"
+            )
+
+
+_REGISTRY: dict[str, AgentSpec] = {
+    "mlp": AgentSpec(
+        config_type=mlp.MLPConfig,
+        default=mlp.MLPConfig(),
+        sweep=mlp.mlp_sweep,
+        make=mlp.make_mlp_agent,
+        description="one MLP (50, 50) with L2 weight decay; the baseline",
+    ),
+}
+
+AGENTS: Mapping[str, AgentSpec] = types.MappingProxyType(_REGISTRY)
+
+
+def register(name: str, spec: AgentSpec) -> None:
+    """Adds a user agent under ``name``; refuses to replace an existing one."""
+    if not isinstance(spec, AgentSpec):
+        raise TypeError(f"spec must be an AgentSpec, got {type(spec).__name__}")
+    if not name or not isinstance(name, str):
+        raise ValueError(f"agent name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY:
+        raise ValueError(f"an agent named {name!r} is already registered")
+    _REGISTRY[name] = spec
+
+
+def get_agent(name: str) -> AgentSpec:
+    """The spec registered under ``name``, with a clear error for an unknown one."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown agent {name!r}; registered agents: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _parse_value(name: str, text: str, annotation: Any) -> Any:
+    """Converts ``text`` to the field's type, or raises naming what is allowed."""
+    origin = typing.get_origin(annotation)
+    try:
+        if annotation is bool:
+            if text.lower() in _TRUE | _FALSE:
+                return text.lower() in _TRUE
+            raise ValueError
+        if annotation is int:
+            return int(text)
+        if annotation is float:
+            return float(text)
+        if annotation is str:
+            return text
+        if origin is typing.Literal:
+            allowed = typing.get_args(annotation)
+            if text in allowed:
+                return text
+            raise ValueError(
+                f"--set {name}={text!r}: allowed values are {', '.join(map(str, allowed))}"
+            )
+        if origin is tuple:
+            item_type = typing.get_args(annotation)[0]
+            parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+            return tuple(_parse_value(name, p.strip(), item_type) for p in parts)
+    except ValueError as e:
+        if str(e).startswith("--set"):
+            raise
+        raise ValueError(
+            f"--set {name}={text!r}: expected {_describe(annotation)}"
+        ) from None
+    raise ValueError(f"--set {name}: fields of type {annotation!r} cannot be set from text")
+
+
+def _describe(annotation: Any) -> str:
+    if typing.get_origin(annotation) is tuple:
+        return f"a comma-separated list of {typing.get_args(annotation)[0].__name__}"
+    if annotation is bool:
+        return "true or false"
+    return f"a value of type {getattr(annotation, '__name__', annotation)}"
+
+
+def parse_overrides(spec: AgentSpec, overrides: Sequence[str]) -> Any:
+    """Applies ``key=value`` strings to the spec's default config.
+
+    Raises:
+      ValueError: naming the bad key (and the known ones) or the bad value
+        (and what type is expected).
+    """
+    hints = typing.get_type_hints(spec.config_type)
+    fields = {f.name for f in dataclasses.fields(spec.config_type)}
+    changes = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        if key not in fields:
+            raise ValueError(
+                f"--set {key}: unknown hyperparameter for {spec.config_type.__name__}; "
+                f"known: {', '.join(sorted(fields))}"
+            )
+        changes[key] = _parse_value(key, value.strip(), hints[key])
+    return dataclasses.replace(spec.default, **changes)

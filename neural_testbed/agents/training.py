@@ -1,0 +1,69 @@
+"""Pieces shared by agents that train by minibatch gradient descent."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from neural_testbed import base
+
+__all__ = ["weight_decay_scale", "train_minibatch"]
+
+Params = Any
+LossFn = Callable[[Params, base.Data, jax.Array], jax.Array]  # (params, batch, key) -> loss
+
+
+def weight_decay_scale(
+    l2_weight_decay: float,
+    prior: base.PriorKnowledge,
+    adaptive_weight_scale: bool,
+    num_members: int = 1,
+) -> jax.Array:
+    """The paper's L2 scale: ``lambda / (members * T)``, times ``d * sqrt(temperature)`` if adaptive.
+
+    The adaptive factor lets one lambda serve every temperature and input
+    dimension (reference testbed, Appendix B).
+    """
+    scale = l2_weight_decay / (num_members * prior.num_train)
+    if adaptive_weight_scale:
+        scale = scale * prior.input_dim * jnp.sqrt(prior.temperature)
+    return scale
+
+
+def train_minibatch(
+    key: jax.Array,
+    loss_fn: LossFn,
+    params: Params,
+    data: base.Data,
+    optimizer: optax.GradientTransformation,
+    num_steps: int,
+    batch_size: int,
+) -> tuple[Params, jax.Array]:
+    """Runs ``num_steps`` optimizer steps on minibatches drawn with replacement.
+
+    The whole loop is one ``lax.scan``: each step draws ``batch_size`` indices
+    into the training set from its own key, so the run is a pure function of
+    ``key`` and compiles once.
+
+    Returns:
+      The trained parameters and the loss at each step, ``[num_steps]``.
+    """
+    num_train = data.x.shape[0]
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        batch_key, loss_key = jax.random.split(step_key)
+        idx = jax.random.randint(batch_key, (batch_size,), 0, num_train)
+        batch = base.Data(x=data.x[idx], y=data.y[idx])
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, loss_key)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    (params, _), losses = jax.lax.scan(
+        step, (params, optimizer.init(params)), jax.random.split(key, num_steps)
+    )
+    return params, losses
