@@ -89,15 +89,17 @@ class _BatchRunner:
         agent_keys = jax.vmap(lambda k: jax.random.fold_in(k, self.agent_seed))(keys.agent)
         states = jax.block_until_ready(self.train(agent_keys, data, priors))
         train_seconds = (time.perf_counter() - start) / num_real
-        rows = []
+        evaluations = {}
         for tau, evaluate in self.evaluate.items():
             start = time.perf_counter()
             test_keys = jax.vmap(lambda k, tau=tau: jax.random.fold_in(k, tau))(keys.test)
             ev = jax.device_get(evaluate(test_keys, states, envs))
-            eval_seconds = (time.perf_counter() - start) / num_real
-            for i, p in enumerate(batch[:num_real]):
-                rows.append(_row(agent_name, p, tau, ev, i, train_seconds, eval_seconds))
-        return rows
+            evaluations[tau] = ev, (time.perf_counter() - start) / num_real
+        return [
+            _row(agent_name, p, tau, ev, i, train_seconds, eval_seconds)
+            for i, p in enumerate(batch[:num_real])
+            for tau, (ev, eval_seconds) in evaluations.items()
+        ]
 
 
 def _row(agent_name, problem, tau, ev: kl.Evaluation, i, train_seconds, eval_seconds):

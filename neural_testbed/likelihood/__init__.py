@@ -3,6 +3,7 @@
 from neural_testbed.likelihood.calibration import accuracy, expected_calibration_error
 from neural_testbed.likelihood.estimators import (
     monte_carlo_log_likelihood,
+    partition_cells,
     partition_log_likelihood,
 )
 from neural_testbed.likelihood.kl import (
@@ -24,5 +25,6 @@ __all__ = [
     "expected_calibration_error",
     "make_evaluator",
     "monte_carlo_log_likelihood",
+    "partition_cells",
     "partition_log_likelihood",
 ]

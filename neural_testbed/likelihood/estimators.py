@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp, ndtri
 
-__all__ = ["monte_carlo_log_likelihood", "partition_log_likelihood"]
+__all__ = ["monte_carlo_log_likelihood", "partition_cells", "partition_log_likelihood"]
 
 
 def _label_log_probs(log_probs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -40,6 +40,34 @@ def monte_carlo_log_likelihood(
     """
     joint = _label_log_probs(log_probs, labels).sum(axis=-1)
     return logsumexp(joint + log_weights)
+
+
+def partition_cells(
+    key: jax.Array,
+    log_probs: jax.Array,
+    num_hyperplanes: int = 7,
+    probit_clip: float = 5.0,
+) -> jax.Array:
+    """The cell of each member under random hyperplanes (Algorithm 4's partition).
+
+    Args:
+      key: PRNG key for the hyperplanes ``A`` and offsets ``b``.
+      log_probs: ``[members, tau, K]`` class log-probabilities of each member.
+      num_hyperplanes: d, the number of hyperplanes.
+      probit_clip: probits are clipped to this absolute value.
+
+    Returns:
+      ``[members]`` int32 cell ids in ``[0, 2**num_hyperplanes)``: the bits
+      of ``A l_m + b >= 0`` for the member's probit vector ``l_m``.
+    """
+    num_members, tau, num_classes = log_probs.shape
+    probits = jnp.clip(ndtri(jnp.exp(log_probs)), -probit_clip, probit_clip)
+    probits = probits.reshape(num_members, tau * num_classes)
+    a_key, b_key = jax.random.split(key)
+    a = jax.random.normal(a_key, (tau * num_classes, num_hyperplanes))
+    b = jax.random.normal(b_key, (num_hyperplanes,))
+    bits = (probits @ a + b >= 0).astype(jnp.int32)  # [members, hyperplanes]
+    return bits @ (2 ** jnp.arange(num_hyperplanes, dtype=jnp.int32))
 
 
 def partition_log_likelihood(
@@ -71,14 +99,7 @@ def partition_log_likelihood(
     Returns:
       The estimated joint log-likelihood, a scalar.
     """
-    num_members, tau, num_classes = log_probs.shape
-    probits = jnp.clip(ndtri(jnp.exp(log_probs)), -probit_clip, probit_clip)
-    probits = probits.reshape(num_members, tau * num_classes)
-    a_key, b_key = jax.random.split(key)
-    a = jax.random.normal(a_key, (tau * num_classes, num_hyperplanes))
-    b = jax.random.normal(b_key, (num_hyperplanes,))
-    bits = (probits @ a + b >= 0).astype(jnp.int32)  # [members, hyperplanes]
-    cell = bits @ (2 ** jnp.arange(num_hyperplanes, dtype=jnp.int32))  # [members]
+    cell = partition_cells(key, log_probs, num_hyperplanes, probit_clip)
     membership = jax.nn.one_hot(cell, 2**num_hyperplanes)  # [members, cells]
 
     weights = jnp.exp(log_weights)  # [members]

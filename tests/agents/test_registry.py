@@ -1,0 +1,55 @@
+"""The agent registry and --set parsing."""
+
+import dataclasses
+
+import pytest
+
+from neural_testbed import agents
+from neural_testbed.agents import registry
+
+
+def test_builtin_registry_is_read_only():
+    with pytest.raises(TypeError):
+        agents.AGENTS["mlp"] = agents.AGENTS["mlp"]  # type: ignore[index]
+
+
+def test_every_agent_default_is_in_its_type_and_sweep_is_nonempty():
+    for name, spec in agents.AGENTS.items():
+        assert isinstance(spec.default, spec.config_type), name
+        assert len(spec.sweep()) > 0, name
+        assert all(isinstance(c, spec.config_type) for c in spec.sweep()), name
+
+
+def test_register_adds_a_user_agent_and_refuses_to_overwrite(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    spec = agents.get_agent("mlp")
+    agents.register("my_mlp", spec)
+    assert registry.get_agent("my_mlp") is spec
+    with pytest.raises(ValueError, match="'my_mlp' is already registered"):
+        agents.register("my_mlp", spec)
+
+
+def test_unknown_agent_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown agent 'nope'; registered agents: .*mlp"):
+        agents.get_agent("nope")
+
+
+def test_parse_overrides_converts_types():
+    spec = agents.get_agent("mlp")
+    config = agents.parse_overrides(
+        spec, ["l2_weight_decay=0.1", "adaptive_weight_scale=false", "num_steps=10", "hidden=20,30"])
+    assert config == dataclasses.replace(
+        spec.default, l2_weight_decay=0.1, adaptive_weight_scale=False, num_steps=10, hidden=(20, 30))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [("bogus=1", "--set bogus: unknown hyperparameter for MLPConfig; known: .*l2_weight_decay"),
+     ("num_steps=ten", "--set num_steps='ten': expected a value of type int"),
+     ("adaptive_weight_scale=maybe", "expected true or false"),
+     ("num_steps", "--set expects key=value, got 'num_steps'"),
+     ("num_steps=0", "num_steps must be >= 1, got 0")],
+)
+def test_parse_overrides_rejects_bad_input(override, message):
+    with pytest.raises(ValueError, match=message):
+        agents.parse_overrides(agents.get_agent("mlp"), [override])

@@ -1,0 +1,105 @@
+"""The runner: batching does not change numbers, failures are isolated."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from neural_testbed import agents, base, generative, leaderboard, likelihood
+
+PAPER = leaderboard.get_sweep("paper")
+
+
+def _small(pids, taus=(1, 100), num_test=200, num_samples=100):
+    return [dataclasses.replace(PAPER[p], taus=taus, num_test=num_test, num_samples=num_samples)
+            for p in pids]
+
+
+FAST_MLP = agents.make_mlp_agent(agents.MLPConfig(num_steps=100))
+
+
+def test_rows_have_every_field_for_every_problem_and_tau():
+    problems = _small(["classification_2d/20", "classification_2d/21"])
+    seen = []
+    rows = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, on_result=seen.append)
+    assert seen == rows
+    assert [(r.problem_id, r.tau) for r in rows] == [
+        ("classification_2d/20", 1), ("classification_2d/20", 100),
+        ("classification_2d/21", 1), ("classification_2d/21", 100)]
+    for r in rows:
+        assert r.status == "ok" and r.agent == "mlp"
+        assert np.isfinite([r.kl, r.kl_stderr, r.accuracy, r.ece]).all()
+        assert r.train_seconds > 0 and r.eval_seconds > 0
+
+
+def test_batched_training_gives_the_numbers_of_one_problem_at_a_time():
+    problems = _small(["classification_2d/90", "classification_2d/91", "classification_2d/92"])
+    together = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False)
+    alone = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, batch_size=2)
+    for a, b in zip(together, alone):
+        assert (a.problem_id, a.tau) == (b.problem_id, b.tau)
+        np.testing.assert_allclose(a.kl, b.kl, rtol=1e-4, atol=1e-6)
+
+
+def test_runner_matches_evaluating_the_trained_sampler_directly():
+    """The runner's KL for a problem equals the Python API's evaluate_sampler with the same keys."""
+    problem = _small(["classification_2d/95"], taus=(1,))[0]
+    [row] = leaderboard.run_agent(FAST_MLP, [problem], "mlp", progress=False)
+    keys = leaderboard.problem_keys(problem.seed)
+    env, data = leaderboard.load_problem(problem)
+    state = FAST_MLP.train(jax.random.fold_in(keys.agent, 0), data, leaderboard.prior_knowledge(problem))
+    ev = likelihood.evaluate_sampler(
+        base.as_sampler(FAST_MLP.enn, state), env, jax.random.fold_in(keys.test, 1),
+        tau=1, num_test=problem.num_test, num_samples=problem.num_samples)
+    np.testing.assert_allclose(row.kl, float(ev.kl), rtol=1e-4, atol=1e-6)
+
+
+def _flaky_agent():
+    """Raises while tracing problems with T = 3; NaN logits at temperature 0.5."""
+
+    def train(key, data, prior):
+        if prior.num_train == 3:
+            raise RuntimeError("cannot train on three points")
+        return prior.temperature
+
+    def apply(temperature, x, index):
+        logits = jnp.zeros((x.shape[0], 2))
+        return jnp.where(temperature > 0.3, jnp.nan, logits)
+
+    return base.Agent(train, base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
+
+
+def test_a_failing_problem_is_recorded_and_the_others_run():
+    problems = _small(["classification_2d/10", "classification_2d/20", "classification_2d/160",
+                       "classification_2d/21"])  # T=3; T=10; T=10 at temperature 0.5; T=10
+    rows = leaderboard.run_agent(_flaky_agent(), problems, "flaky", progress=False)
+    by_id = {}
+    for r in rows:
+        by_id.setdefault(r.problem_id, []).append(r)
+    assert len(rows) == 8
+    assert all(r.status == "failed" and "cannot train on three points" in r.error
+               for r in by_id["classification_2d/10"])
+    assert all(r.status == "failed" and "NaN or infinite logits" in r.error
+               for r in by_id["classification_2d/160"])
+    assert all(r.status == "ok" for pid in ("classification_2d/20", "classification_2d/21")
+               for r in by_id[pid])
+
+
+def test_true_environment_agent_scores_zero_through_the_runner():
+    """An agent whose 'training' recovers the environment from its seed has KL 0 at both taus."""
+    problems = _small(["classification_2d/95", "classification_2d/165"])
+
+    def train(key, data, prior):
+        return prior.temperature
+
+    env_params = {p.problem_id: leaderboard.load_problem(p)[0] for p in problems}
+    # The environments differ only in temperature (same seed 5): share the parameters.
+    params = env_params["classification_2d/95"].params
+
+    def apply(temperature, x, index):
+        return generative.environment_logits(generative.Environment(params, temperature), x)
+
+    agent = base.Agent(train, base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
+    rows = leaderboard.run_agent(agent, problems, "oracle", progress=False)
+    assert all(abs(r.kl) < 1e-5 for r in rows), [r.kl for r in rows]

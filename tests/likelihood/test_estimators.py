@@ -1,0 +1,158 @@
+"""Known-answer tests of the joint log-likelihood estimators (Algorithms 3 and 4)."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from neural_testbed import likelihood
+
+
+def _log_probs_from_p1(p1):
+    """[members, tau] probability of class 1 -> [members, tau, 2] log-probs (float64 exact)."""
+    p1 = np.asarray(p1, np.float64)
+    return jnp.asarray(np.log(np.stack([1 - p1, p1], axis=-1)), jnp.float32)
+
+
+# ----- The paper's coin example (section 2.2) -----------------------------------------
+# Agent A: an i.i.d. coin with P(heads) = 2/3. Agent B: a coin that is always heads with
+# probability 2/3 and always tails with probability 1/3. Both have the same marginals; their
+# joint likelihoods of tau flips differ: A gives (2/3)^h (1/3)^(tau-h), B gives 2/3 if all
+# flips are heads, 1/3 if all are tails, ~0 otherwise.
+EPS = 1e-6  # "always" heads = P(heads) of 1 - EPS, so that every log-probability is finite.
+NUM_SAMPLES = 1000  # M
+
+
+def _coin_b_members(key, tau):
+    """M sampled coins of agent B, grouped: two members weighted by their draw counts."""
+    heads = jax.random.bernoulli(key, 2 / 3, (NUM_SAMPLES,))
+    count = int(heads.sum())
+    log_weights = jnp.log(jnp.array([count, NUM_SAMPLES - count]) / NUM_SAMPLES)
+    log_probs = _log_probs_from_p1(np.array([[1 - EPS] * tau, [EPS] * tau]))
+    return log_probs, log_weights
+
+
+def _coin_b_exact(labels):
+    h = int(np.sum(labels))
+    tau = len(labels)
+    return np.log(2 / 3 * (1 - EPS) ** h * EPS ** (tau - h) + 1 / 3 * EPS**h * (1 - EPS) ** (tau - h))
+
+
+@pytest.mark.parametrize("estimator", ["monte_carlo", "partition"])
+@pytest.mark.parametrize("labels", [[1] * 10, [0] * 10, [1, 0, 1, 1, 0, 1, 1, 1, 0, 1]])
+def test_coin_example_matches_closed_form(estimator, labels):
+    tau = len(labels)
+    y = jnp.array(labels, jnp.int32)
+    # Agent A: one member, so the estimate is exact for any M.
+    log_probs_a = _log_probs_from_p1(np.full((1, tau), 2 / 3))
+    # Agent B: M draws of a Bernoulli(2/3) coin type.
+    log_probs_b, log_weights_b = _coin_b_members(jax.random.key(7), tau)
+    if estimator == "monte_carlo":
+        est_a = likelihood.monte_carlo_log_likelihood(log_probs_a, y, jnp.zeros(1))
+        est_b = likelihood.monte_carlo_log_likelihood(log_probs_b, y, log_weights_b)
+    else:
+        key = jax.random.key(3)
+        est_a = likelihood.partition_log_likelihood(key, log_probs_a, y, jnp.zeros(1))
+        est_b = likelihood.partition_log_likelihood(key, log_probs_b, y, log_weights_b)
+    h = sum(labels)
+    exact_a = h * np.log(2 / 3) + (tau - h) * np.log(1 / 3)
+    np.testing.assert_allclose(est_a, exact_a, rtol=1e-5)
+    # Agent B's estimate is (heads fraction among M draws) * (1 - EPS)^tau + ... Its Monte
+    # Carlo standard error in probability is sqrt(p (1 - p) / M) with p = 2/3, i.e. relative
+    # error sqrt((1 - p) / (p M)) on the all-heads probability; allow 4 standard errors.
+    rel_se = np.sqrt((1 / 3) / (2 / 3 * NUM_SAMPLES))
+    exact_b = _coin_b_exact(labels)
+    if 0 < h < tau:  # mixed sequences: both coins give ~EPS^k; the estimate is tiny too
+        assert float(est_b) < np.log(EPS) + 1
+    else:
+        assert abs(float(est_b) - exact_b) < 4 * rel_se * 2  # |log(1 + e)| <= 2|e| for |e| < 0.5
+
+
+def test_coin_example_joint_likelihoods_differ_at_tau_10():
+    """Marginals agree (tau=1), joints do not: the reason the testbed looks at tau > 1."""
+    log_probs_a = _log_probs_from_p1(np.full((1, 1), 2 / 3))
+    log_probs_b, log_weights_b = _coin_b_members(jax.random.key(7), 1)
+    y = jnp.array([1])
+    marg_a = likelihood.monte_carlo_log_likelihood(log_probs_a, y, jnp.zeros(1))
+    marg_b = likelihood.monte_carlo_log_likelihood(log_probs_b, y, log_weights_b)
+    # tau = 1: B's estimate is the heads fraction of M draws; 4 standard errors of it.
+    assert abs(np.exp(marg_b) - np.exp(marg_a)) < 4 * np.sqrt(2 / 9 / NUM_SAMPLES)
+    y10 = jnp.ones(10, jnp.int32)
+    joint_a = likelihood.monte_carlo_log_likelihood(
+        _log_probs_from_p1(np.full((1, 10), 2 / 3)), y10, jnp.zeros(1))
+    log_probs_b10, _ = _coin_b_members(jax.random.key(7), 10)
+    joint_b = likelihood.monte_carlo_log_likelihood(log_probs_b10, y10, log_weights_b)
+    assert joint_b - joint_a > 3.0  # log(2/3) vs 10 log(2/3)
+
+
+# ----- A small finite ensemble: enumerate the exact mixture ----------------------------
+# Three members with distinct probabilities at tau = 3 inputs.
+P1 = np.array([[0.9, 0.2, 0.6], [0.3, 0.7, 0.5], [0.05, 0.95, 0.1]])  # [members, tau]
+
+
+def _exact_mixture(labels, weights):
+    y = np.asarray(labels)
+    per_member = np.prod(np.where(y == 1, P1, 1 - P1), axis=1)  # [members]
+    return np.log(np.sum(weights * per_member)), per_member
+
+
+@pytest.mark.parametrize("estimator", ["monte_carlo", "partition"])
+def test_finite_ensemble_agrees_with_enumerated_mixture(estimator):
+    """With M sampled member indices, both estimators agree with the exact uniform mixture
+    within 4 Monte Carlo standard errors, for every one of the 2^3 label sequences."""
+    log_probs = _log_probs_from_p1(P1)
+    for labels in itertools.product([0, 1], repeat=3):
+        y = jnp.array(labels, jnp.int32)
+        idx = jax.random.randint(jax.random.key(sum(labels) + 10 * labels[0]), (NUM_SAMPLES,), 0, 3)
+        counts = np.bincount(np.asarray(idx), minlength=3)
+        log_weights = jnp.log(jnp.asarray(counts / NUM_SAMPLES, jnp.float32))
+        exact, per_member = _exact_mixture(labels, np.full(3, 1 / 3))
+        if estimator == "monte_carlo":
+            est = likelihood.monte_carlo_log_likelihood(log_probs, y, log_weights)
+        else:
+            est = likelihood.partition_log_likelihood(jax.random.key(1), log_probs, y, log_weights)
+        # Standard error of the mean of M i.i.d. draws of prod_t p_{m,t,y_t}, m uniform.
+        se = np.std(per_member) / np.sqrt(NUM_SAMPLES)
+        assert abs(np.exp(float(est)) - np.exp(exact)) < 4 * se + 1e-6, labels
+
+
+def test_partition_is_exact_when_every_member_has_its_own_cell():
+    log_probs = _log_probs_from_p1(P1)
+    weights = np.array([0.5, 0.3, 0.2])
+    log_weights = jnp.log(jnp.asarray(weights, jnp.float32))
+    distinct_keys = 0
+    for seed in range(40):
+        key = jax.random.key(seed)
+        cells = np.asarray(likelihood.partition_cells(key, log_probs))
+        if len(set(cells)) < 3:
+            continue
+        distinct_keys += 1
+        for labels in itertools.product([0, 1], repeat=3):
+            exact, _ = _exact_mixture(labels, weights)
+            est = likelihood.partition_log_likelihood(
+                key, log_probs, jnp.array(labels, jnp.int32), log_weights)
+            np.testing.assert_allclose(float(est), exact, rtol=1e-5, atol=1e-6)
+    assert distinct_keys >= 10  # the check above really ran
+
+
+def test_partition_merges_members_in_one_cell_by_averaging():
+    """With all members in one cell, Algorithm 4 is the product of the averaged probabilities."""
+    log_probs = _log_probs_from_p1(np.array([[0.6, 0.6], [0.61, 0.61]]))  # nearly identical
+    y = jnp.array([1, 1])
+    cells = likelihood.partition_cells(jax.random.key(0), log_probs)
+    assert cells[0] == cells[1]
+    est = likelihood.partition_log_likelihood(jax.random.key(0), log_probs, y, jnp.log(jnp.array([0.5, 0.5])))
+    np.testing.assert_allclose(float(est), 2 * np.log(0.605), rtol=1e-5)
+
+
+def test_estimates_stay_finite_for_confident_members():
+    """Log space: a member that puts log-prob -200 on the label does not underflow the estimate."""
+    log_p = jnp.array([[[-200.0, 0.0]] * 100, [[-1.0, -0.4587]] * 100])  # [2, tau=100, 2]
+    y = jnp.zeros(100, jnp.int32)
+    log_w = jnp.log(jnp.array([0.5, 0.5]))
+    mc = likelihood.monte_carlo_log_likelihood(log_p, y, log_w)
+    part = likelihood.partition_log_likelihood(jax.random.key(0), log_p, y, log_w)
+    np.testing.assert_allclose(float(mc), np.log(0.5) - 100.0, rtol=1e-5)
+    assert np.isfinite(float(part))
