@@ -103,3 +103,25 @@ def test_true_environment_agent_scores_zero_through_the_runner():
     agent = base.Agent(train, base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
     rows = leaderboard.run_agent(agent, problems, "oracle", progress=False)
     assert all(abs(r.kl) < 1e-5 for r in rows), [r.kl for r in rows]
+
+
+def test_problems_of_one_shape_compile_once():
+    """Tracing counts: training is traced once for 4 problems in 2 batches; each tau's
+    evaluation traces apply once (plus once for its shape check)."""
+    traces = {"train": 0, "apply": 0}
+    inner = agents.make_mlp_agent(agents.MLPConfig(num_steps=10))
+
+    def train(key, data, prior):
+        traces["train"] += 1
+        return inner.train(key, data, prior)
+
+    def apply(state, x, index):
+        traces["apply"] += 1
+        return inner.enn.apply(state, x, index)
+
+    agent = base.Agent(train, inner.enn._replace(apply=apply))
+    problems = _small(["classification_2d/90", "classification_2d/91",
+                       "classification_2d/160", "classification_2d/161"])
+    leaderboard.run_agent(agent, problems, "mlp", progress=False, batch_size=2)
+    assert traces["train"] == 1
+    assert traces["apply"] == 2 * 2  # 2 taus x (shape check + trace)
