@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import dataclasses
 import logging
-import math
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from neural_testbed import base
-from neural_testbed.agents import registry
+from neural_testbed.agents import plugins, registry
 from neural_testbed.leaderboard import problems as problems_lib
-from neural_testbed.leaderboard import runner
+from neural_testbed.leaderboard import scoring
+from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.leaderboard import sweep as sweep_lib
 from neural_testbed.likelihood import kl
 
 __all__ = ["main"]
@@ -24,37 +24,107 @@ def _parser() -> argparse.ArgumentParser:
         prog="neural-testbed",
         description="Evaluate the joint predictions of learning agents on the Neural Testbed.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import a module (dotted name or .py file) that registers agents; "
+                             "repeatable")
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", default=store_lib.DEFAULT_DB,
+                    help=f"results store, an SQLite file (default: ./{store_lib.DEFAULT_DB})")
+    sweep_choice = argparse.ArgumentParser(add_help=False)
+    sweep_choice.add_argument(
+        "--sweep", default="quick", choices=list(problems_lib.SWEEPS),
+        help="problem sweep: 'quick' (18 problems, about a minute for mlp), 'paper' (the "
+             "paper's 210 problems) or 'smoke' (4 problems, for checks); default: quick")
+    compute = argparse.ArgumentParser(add_help=False)
+    compute.add_argument("--seed", type=int, default=0,
+                         help="agent seed, folded into each problem's key (default: 0)")
+    compute.add_argument("--estimator", default="auto", choices=list(kl.ESTIMATORS),
+                         help="joint log-likelihood estimator: monte_carlo (Algorithm 3), "
+                              "partition (Algorithm 4), or auto = monte_carlo for tau < 10, "
+                              "partition otherwise (default)")
+    compute.add_argument("--batch-size", type=int, default=None, metavar="N",
+                         help="problems of one shape trained together (default: all of them; "
+                              "smaller saves memory and saves results more often)")
+    compute.add_argument("--recompute", action="store_true",
+                         help="recompute results already in the store, replacing them")
+    compute.add_argument("--retry-failed", action="store_true",
+                         help="recompute only the results stored as failed (and missing ones)")
+    compute.add_argument("--quiet", action="store_true", help="no progress bar")
+    fmt = argparse.ArgumentParser(add_help=False)
+    fmt.add_argument("--format", default="table", choices=["table", "csv", "markdown"],
+                     help="output format (default: table)")
 
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
-        "run", help="train and evaluate one agent config on a problem sweep",
+        "run", parents=[common, db, sweep_choice, compute],
+        help="evaluate one agent config on a problem sweep",
         description="Train an agent once per problem of a sweep, evaluate d_KL at each tau "
-                    "(tau = 1 and 100 by default), and print a table and an aggregate line.")
+                    "(1 and 100), store every row, and print a table and an aggregate line. "
+                    "Results already in the store are reused.")
     run.add_argument("--agent", required=True,
                      help="registered agent name (see `neural-testbed agents`)")
-    run.add_argument("--sweep", default="quick", choices=list(problems_lib.SWEEPS),
-                     help="problem sweep: 'quick' (18 problems, about a minute) or "
-                          "'paper' (the paper's 210 problems); default: quick")
     run.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                      metavar="KEY=VALUE",
                      help="change a hyperparameter of the agent's default config, "
                           "e.g. --set l2_weight_decay=0.1 adaptive_weight_scale=false")
-    run.add_argument("--output", metavar="CSV", help="also write every row to this CSV file")
-    run.add_argument("--seed", type=int, default=0,
-                     help="agent seed, folded into each problem's key (default: 0)")
-    run.add_argument("--estimator", default="auto", choices=list(kl.ESTIMATORS),
-                     help="joint log-likelihood estimator: monte_carlo (Algorithm 3), "
-                          "partition (Algorithm 4), or auto = monte_carlo for tau < 10, "
-                          "partition otherwise (default)")
-    run.add_argument("--batch-size", type=int, default=None, metavar="N",
-                     help="problems of one shape trained together (default: all of them)")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--output", metavar="CSV", help="also write this run's rows to a CSV file")
 
-    commands.add_parser("agents", help="list the registered agents and their defaults")
+    sweep = commands.add_parser(
+        "sweep", parents=[common, db, sweep_choice, compute],
+        help="run every config of an agent's hyperparameter sweep",
+        description="Run each config of the agent's hyperparameter sweep on each problem, "
+                    "writing every result to the store as soon as it is computed. Rerun after "
+                    "an interruption to continue where it stopped.")
+    sweep.add_argument("--agent", required=True, help="registered agent name")
 
-    problems = commands.add_parser("problems", help="list the problems of a sweep")
-    problems.add_argument("--sweep", default="quick", choices=list(problems_lib.SWEEPS),
-                          help="problem sweep to list (default: quick)")
+    board = commands.add_parser(
+        "leaderboard", parents=[common, db, sweep_choice, fmt],
+        help="score the agents in the store",
+        description="Per agent: d_KL^1 and d_KL^100 (mean over the sweep's problems, with "
+                    "standard errors), normalised by the baseline's, d_KL^agg = d_KL^1 + "
+                    "d_KL^100 / 100, accuracy, ECE, seconds per problem, the chosen config and "
+                    "the problems covered.")
+    board.add_argument("--tuning", default="global", choices=list(scoring.TUNINGS),
+                       help="global: one config per agent minimising d_KL^agg; per-setting: the "
+                            "best config per (temperature, T), as the paper's Figure 2")
+    board.add_argument("--baseline", default="mlp", help="agent to normalise by (default: mlp)")
+
+    compare = commands.add_parser(
+        "compare", parents=[common, db, sweep_choice, fmt],
+        help="paired comparison of an agent against baselines",
+        description="Per (temperature, T) and tau: the mean KL difference agent - baseline, "
+                    "paired by problem, its standard error, and whether a paired t-test finds "
+                    "the agent better or worse at the 5%% level. Each agent uses its globally "
+                    "tuned config.")
+    compare.add_argument("--agent", required=True, help="the agent to compare")
+    compare.add_argument("--baseline", action="append", default=None,
+                         help="a baseline agent; repeatable (default: mlp)")
+
+    plot = commands.add_parser(
+        "plot", parents=[common, db, sweep_choice],
+        help="save the paper's figures as PNG files",
+        description="Save Figure 2 (normalised KL per agent), Figures 8/9 (KL against T, "
+                    "tau = 1 and 100), Figure 10 (normalised KL against time) from the store; "
+                    "with --agent and --problem, also Figure 5 (the environment beside 4 "
+                    "sampled members of the agent).")
+    plot.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    plot.add_argument("--agent", help="agent for Figure 5 (trained with its default config)")
+    plot.add_argument("--problem", default="classification_2d/97",
+                      help="problem id for Figure 5 (default: classification_2d/97, "
+                           "temperature 0.1, T = 10)")
+    plot.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                      metavar="KEY=VALUE", help="hyperparameters for the Figure 5 agent")
+
+    export = commands.add_parser("export", parents=[common, db],
+                                 help="write every stored row to a CSV file")
+    export.add_argument("-o", "--output", required=True, metavar="CSV", help="the CSV file")
+
+    commands.add_parser("agents", parents=[common],
+                        help="list the registered agents and their defaults")
+    problems = commands.add_parser("problems", parents=[common, sweep_choice],
+                                   help="list the problems of a sweep")
+    del problems
     return parser
 
 
@@ -62,104 +132,199 @@ def _cmd_agents() -> int:
     for name, spec in sorted(registry.AGENTS.items()):
         print(f"{name}: {spec.description}")
         print(f"  sweep: {len(spec.sweep())} configs")
-        for field in dataclasses.fields(spec.default):
-            print(f"  {field.name} = {getattr(spec.default, field.name)!r}")
+        for field, value in vars(spec.default).items():
+            print(f"  {field} = {value!r}")
     return 0
 
 
-def _cmd_problems(sweep: str) -> int:
+def _cmd_problems(args) -> int:
     print(f"{'problem_id':<24}{'temperature':>12}{'T':>6}{'seed':>6}  taus      N     M")
-    for p in problems_lib.get_sweep(sweep).values():
+    for p in problems_lib.get_sweep(args.sweep).values():
         taus = ",".join(map(str, p.taus))
         print(f"{p.problem_id:<24}{p.temperature:>12g}{p.num_train:>6}{p.seed:>6}  "
               f"{taus:<8}{p.num_test:>5}{p.num_samples:>6}")
     return 0
 
 
-def _mean_and_stderr(values: Sequence[float]) -> tuple[float, float]:
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    if n == 1:
-        return mean, math.nan
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(var / n)
+def _compute(args, configs: Sequence[Any]) -> tuple[sweep_lib.SweepSummary, list]:
+    problems = list(problems_lib.get_sweep(args.sweep).values())
+    with store_lib.ResultsStore(args.db) as store:
+        summary = sweep_lib.run_sweep(
+            args.agent, configs, problems, store, agent_seed=args.seed, estimator=args.estimator,
+            batch_size=args.batch_size, recompute=args.recompute, retry_failed=args.retry_failed,
+            progress=not args.quiet)
+    return summary, problems
 
 
-def _print_table(rows: Sequence[base.ProblemResult], taus: Sequence[int]) -> None:
-    by_problem: dict[str, dict[int, base.ProblemResult]] = {}
+def _problem_table(rows: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> str:
+    by_problem: dict[str, dict[int, Mapping[str, Any]]] = {}
     for row in rows:
-        by_problem.setdefault(row.problem_id, {})[row.tau] = row
+        by_problem.setdefault(row["problem_id"], {})[row["tau"]] = row
     header = f"{'problem_id':<24}{'temp':>6}{'T':>6}{'seed':>5}"
-    for tau in taus:
-        header += f"{f'kl(tau={tau}) ± se':>24}"
-    header += f"{'acc':>7}{'ece':>7}{'secs':>7}"
-    print(header)
+    header += "".join(f"{f'kl(tau={tau}) ± se':>24}" for tau in taus)
+    lines = [header + f"{'acc':>7}{'ece':>7}{'secs':>7}"]
     for pid, by_tau in by_problem.items():
         first = next(iter(by_tau.values()))
-        line = f"{pid:<24}{first.temperature:>6g}{first.num_train:>6}{first.seed:>5}"
+        line = f"{pid:<24}{first['temperature']:>6g}{first['num_train']:>6}{first['seed']:>5}"
         for tau in taus:
             r = by_tau.get(tau)
-            cell = "failed" if r is None or r.status != "ok" else f"{r.kl:.4f} ± {r.kl_stderr:.4f}"
+            ok = r is not None and r["status"] == "ok"
+            cell = "{:.4f} ± {:.4f}".format(r["kl"], r["kl_stderr"]) if ok else "failed"
             line += f"{cell:>24}"
         marginal = by_tau.get(taus[0])
-        secs = sum(r.eval_seconds for r in by_tau.values()) + first.train_seconds
-        line += f"{marginal.accuracy:>7.3f}{marginal.ece:>7.3f}{secs:>7.2f}"
-        print(line)
+        if marginal is not None and marginal["status"] == "ok":
+            secs = first["train_seconds"] + sum(r["eval_seconds"] for r in by_tau.values())
+            line += f"{marginal['accuracy']:>7.3f}{marginal['ece']:>7.3f}{secs:>7.2f}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
-def _aggregate_line(rows: Sequence[base.ProblemResult], taus: Sequence[int]) -> str:
-    ok = [r for r in rows if r.status == "ok"]
-    parts = []
-    means = {}
-    for tau in taus:
-        mean, se = _mean_and_stderr([r.kl for r in ok if r.tau == tau])
-        means[tau] = mean
-        parts.append(f"d_KL^{tau} = {mean:.4f} ± {se:.4f}")
-    if 1 in means and 100 in means:
-        parts.append(f"d_KL^agg = {means[1] + means[100] / 100:.4f}")
-    marginal = [r for r in ok if r.tau == taus[0]]
-    parts.append(f"accuracy = {_mean_and_stderr([r.accuracy for r in marginal])[0]:.3f}")
-    parts.append(f"ECE = {_mean_and_stderr([r.ece for r in marginal])[0]:.3f}")
-    num_problems = len({r.problem_id for r in rows})
-    num_failed = len({r.problem_id for r in rows if r.status != "ok"})
-    parts.append(f"{num_problems} problems" + (f", {num_failed} FAILED" if num_failed else ""))
+def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
+    records, _ = scoring.score_agents(rows, {p.problem_id: p for p in problems}, baseline="")
+    if not records:
+        return "aggregate: no successful problems"
+    r = records[0]
+    taus = sorted({t for p in problems for t in p.taus})
+    parts = [f"d_KL^{tau} = {r[f'kl_{tau}']:.4f} ± {r[f'kl_{tau}_stderr']:.4f}" for tau in taus]
+    parts.append(f"d_KL^agg = {r['kl_agg']:.4f}")
+    parts.append(f"accuracy = {r['accuracy']:.3f}, ECE = {r['ece']:.3f}")
+    num_failed = len(problems) - r["problems"]
+    parts.append(f"{len(problems)} problems" + (f", {num_failed} FAILED" if num_failed else ""))
     return "aggregate: " + ", ".join(parts)
 
 
-def _write_csv(path: str, rows: Sequence[base.ProblemResult]) -> None:
-    fields = [f.name for f in dataclasses.fields(base.ProblemResult)]
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(row.as_dict())
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
+def _cmd_run(args) -> int:
     spec = registry.get_agent(args.agent)
     config = registry.parse_overrides(spec, args.overrides)
-    agent = spec.make(config)
-    problems = list(problems_lib.get_sweep(args.sweep).values())
     print(f"agent {args.agent}: {config}", file=sys.stderr)
-    rows = runner.run_agent(
-        agent, problems, args.agent, agent_seed=args.seed, batch_size=args.batch_size,
-        estimator=args.estimator, progress=not args.quiet,
-    )
+    start = time.perf_counter()
+    summary, problems = _compute(args, [config])
+    seconds = time.perf_counter() - start
+    ids = {p.problem_id for p in problems}
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        want = store_lib.config_hash(args.agent, config)
+        rows = [r for r in store.rows(agent=args.agent)
+                if r["config_hash"] == want and r["problem_id"] in ids
+                and r["estimator"] == args.estimator and r["agent_seed"] == args.seed]
+        order = {p.problem_id: i for i, p in enumerate(problems)}
+        rows.sort(key=lambda r: (order[r["problem_id"]], r["tau"]))
+        if args.output:
+            store.to_csv(args.output, rows)
     taus = sorted({t for p in problems for t in p.taus})
-    _print_table(rows, taus)
-    print(_aggregate_line(rows, taus))
-    total = sum(r.eval_seconds for r in rows if r.status == "ok") + sum(
-        r.train_seconds for r in rows if r.status == "ok" and r.tau == taus[0])
-    print(f"time: {total:.1f} s of training and evaluation")
+    print(_problem_table(rows, taus))
+    print(_aggregate_line(rows, problems))
+    print(f"time: {seconds:.1f} s; {summary.computed} rows computed, {summary.reused} reused "
+          f"from {args.db}")
     if args.output:
-        _write_csv(args.output, rows)
         print(f"wrote {len(rows)} rows to {args.output}")
-    failed = [r for r in rows if r.status != "ok"]
+    return _report_failures(rows)
+
+
+def _report_failures(rows) -> int:
+    failed = [r for r in rows if r["status"] != "ok"]
     for r in failed:
-        print(f"FAILED {r.problem_id} tau={r.tau}: {r.error}", file=sys.stderr)
+        print(f"FAILED {r['agent']} {r['problem_id']} tau={r['tau']}: {r['error']}",
+              file=sys.stderr)
     return 1 if failed else 0
+
+
+def _cmd_sweep(args) -> int:
+    spec = registry.get_agent(args.agent)
+    configs = list(spec.sweep())
+    problems = problems_lib.get_sweep(args.sweep)
+    print(f"sweep {args.agent}: {len(configs)} configs x {len(problems)} problems "
+          f"({args.sweep}) into {args.db}", file=sys.stderr)
+    start = time.perf_counter()
+    summary, _ = _compute(args, configs)
+    print(f"done in {time.perf_counter() - start:.1f} s: {summary.computed} rows computed, "
+          f"{summary.reused} reused, {summary.failed} failed")
+    if summary.failed:
+        with store_lib.ResultsStore(args.db, create=False) as store:
+            return _report_failures([r for r in store.rows(agent=args.agent, status="failed")
+                                     if r["problem_id"] in problems])
+    return 0
+
+
+def _stored_rows(args) -> list[dict[str, Any]]:
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        rows = store.rows()
+    if not rows:
+        raise store_lib.StoreError(f"{args.db!r} holds no results yet")
+    return rows
+
+
+_BOARD_COLUMNS = ("agent", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_100", "kl_100_stderr",
+                  "kl_100_norm", "kl_agg", "accuracy", "ece", "seconds_per_problem", "problems",
+                  "of", "flag", "config_hash", "config")
+
+
+def _cmd_leaderboard(args) -> int:
+    problems = problems_lib.get_sweep(args.sweep)
+    records, warnings = scoring.score_agents(_stored_rows(args), problems, args.tuning,
+                                             args.baseline)
+    if not records:
+        raise store_lib.StoreError(f"{args.db!r} has no successful results for the "
+                                   f"{args.sweep!r} sweep")
+    for warning in warnings:
+        print(f"note: {warning}", file=sys.stderr)
+    print(scoring.format_records(records, args.format, _BOARD_COLUMNS))
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    problems = problems_lib.get_sweep(args.sweep)
+    baselines = args.baseline or ["mlp"]
+    for name in (args.agent, *baselines):
+        registry.get_agent(name)
+    records = scoring.compare_agents(_stored_rows(args), problems, args.agent, baselines)
+    print(scoring.format_records(records, args.format))
+    if args.format == "table":
+        for name in baselines:
+            mine = [r for r in records if r["baseline"] == name]
+            better = sum(r["verdict"] == "better" for r in mine)
+            worse = sum(r["verdict"] == "worse" for r in mine)
+            print(f"{args.agent} vs {name}: significantly better in {better}, worse in {worse} "
+                  f"of {len(mine)} (setting, tau) cells (paired t-test, 5%)")
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    try:
+        from neural_testbed.leaderboard import plots
+    except ImportError as error:
+        raise ValueError(f"plotting needs matplotlib ({error}); install it with "
+                         "pip install 'neural-testbed[analysis]'") from None
+    problems = problems_lib.get_sweep(args.sweep)
+    paths = plots.save_figures(_stored_rows(args), problems, args.out)
+    if args.agent:
+        import pathlib
+
+        import jax
+
+        spec = registry.get_agent(args.agent)
+        config = registry.parse_overrides(spec, args.overrides)
+        paper = problems_lib.get_sweep("paper")
+        if args.problem not in paper:
+            raise ValueError(f"unknown problem {args.problem!r}; see `neural-testbed problems "
+                             "--sweep paper`")
+        paths.append(plots.figure_agent_samples(
+            spec.make(config), paper[args.problem], pathlib.Path(args.out) / "figure5.png",
+            jax.random.key(0)))
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def _cmd_export(args) -> int:
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        count = store.to_csv(args.output)
+    print(f"wrote {count} rows to {args.output}")
+    return 0
+
+
+_COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
+             "compare": _cmd_compare, "plot": _cmd_plot, "export": _cmd_export,
+             "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,16 +332,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     try:
-        if args.command == "agents":
-            return _cmd_agents()
-        if args.command == "problems":
-            return _cmd_problems(args.sweep)
-        return _cmd_run(args)
-    except (ValueError, TypeError) as error:
+        plugins.load_entry_points()
+        for module in args.imports:
+            plugins.import_agent_module(module)
+        return _COMMANDS[args.command](args)
+    except (ValueError, TypeError, store_lib.StoreError) as error:
         print(f"neural-testbed: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("neural-testbed: interrupted", file=sys.stderr)
+        print("neural-testbed: interrupted; everything computed so far is in the store, "
+              "rerun the same command to continue", file=sys.stderr)
         return 130
 
 

@@ -1,5 +1,6 @@
-"""Problem sweeps and running agents over them."""
+"""Problem sweeps, running agents over them, the results store, scores and comparisons."""
 
+from neural_testbed.leaderboard.frames import compare_frame, leaderboard_frame, results_frame
 from neural_testbed.leaderboard.problems import (
     SWEEPS,
     Problem,
@@ -9,13 +10,35 @@ from neural_testbed.leaderboard.problems import (
     problem_keys,
 )
 from neural_testbed.leaderboard.runner import run_agent
+from neural_testbed.leaderboard.scoring import (
+    compare_agents,
+    format_records,
+    kl_by_setting,
+    score_agents,
+    score_candidates,
+)
+from neural_testbed.leaderboard.store import DEFAULT_DB, ResultsStore, StoreError
+from neural_testbed.leaderboard.sweep import SweepSummary, run_sweep
 
 __all__ = [
+    "DEFAULT_DB",
     "SWEEPS",
     "Problem",
+    "ResultsStore",
+    "StoreError",
+    "SweepSummary",
+    "compare_agents",
+    "compare_frame",
+    "format_records",
     "get_sweep",
+    "kl_by_setting",
+    "leaderboard_frame",
     "load_problem",
     "prior_knowledge",
     "problem_keys",
+    "results_frame",
     "run_agent",
+    "run_sweep",
+    "score_agents",
+    "score_candidates",
 ]

@@ -122,10 +122,20 @@ def _quick_sweep(paper: Mapping[str, Problem]) -> dict[str, Problem]:
     }
 
 
+def _smoke_sweep(paper: Mapping[str, Problem]) -> dict[str, Problem]:
+    """The smallest useful subset of ``paper`` for checks and tests: temperature 0.1,
+    T in {10, 100}, seeds {0, 1}: 4 problems."""
+    return {
+        pid: p for pid, p in paper.items()
+        if p.temperature == 0.1 and p.num_train in (10, 100) and p.seed < 2
+    }
+
+
 _PAPER = _paper_sweep()
 SWEEPS: Mapping[str, Mapping[str, Problem]] = types.MappingProxyType({
     "quick": types.MappingProxyType(_quick_sweep(_PAPER)),
     "paper": types.MappingProxyType(_PAPER),
+    "smoke": types.MappingProxyType(_smoke_sweep(_PAPER)),
 })
 
 

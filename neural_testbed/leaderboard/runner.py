@@ -141,7 +141,7 @@ def run_agent(
     batch_size: int | None = None,
     estimator: kl.Estimator = "auto",
     progress: bool = True,
-    on_result: Callable[[base.ProblemResult], None] | None = None,
+    on_rows: Callable[[list[base.ProblemResult]], None] | None = None,
 ) -> list[base.ProblemResult]:
     """Trains ``agent`` once per problem and evaluates it at each of the problem's taus.
 
@@ -155,7 +155,8 @@ def run_agent(
         less memory while training).
       estimator: ``"auto"``, ``"monte_carlo"`` or ``"partition"``.
       progress: show a progress bar on stderr.
-      on_result: called with each row as soon as it is computed.
+      on_rows: called with the rows of each batch as soon as they are
+        computed (e.g. to write them to a results store).
 
     Returns:
       One row per (problem, tau), failed problems included (``status="failed"``).
@@ -184,9 +185,8 @@ def run_agent(
                 batch = group[start:start + size]
                 bar.set_postfix_str(f"T={batch[0].num_train}")
                 rows = _run_isolating_failures(runner, batch, size, agent_name)
-                for row in rows:
-                    if on_result is not None:
-                        on_result(row)
+                if on_rows is not None:
+                    on_rows(rows)
                 results.extend(rows)
                 bar.update(len(batch))
     return results

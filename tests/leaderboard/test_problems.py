@@ -40,7 +40,7 @@ def test_sweeps_cannot_be_mutated():
 
 
 def test_unknown_sweep_names_the_allowed_ones():
-    with pytest.raises(ValueError, match="unknown sweep 'full'; allowed: quick, paper"):
+    with pytest.raises(ValueError, match="unknown sweep .full.; allowed: quick, paper, smoke"):
         leaderboard.get_sweep("full")
 
 

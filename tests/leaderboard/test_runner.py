@@ -22,7 +22,7 @@ FAST_MLP = agents.make_mlp_agent(agents.MLPConfig(num_steps=100))
 def test_rows_have_every_field_for_every_problem_and_tau():
     problems = _small(["classification_2d/20", "classification_2d/21"])
     seen = []
-    rows = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, on_result=seen.append)
+    rows = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, on_rows=seen.extend)
     assert seen == rows
     assert [(r.problem_id, r.tau) for r in rows] == [
         ("classification_2d/20", 1), ("classification_2d/20", 100),

@@ -1,0 +1,52 @@
+"""The leaderboard's tables as pandas DataFrames, for notebooks and scripts.
+
+pandas is an optional dependency (``pip install 'neural-testbed[analysis]'``);
+everything else in the package works without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from neural_testbed.leaderboard import problems as problems_lib
+from neural_testbed.leaderboard import scoring
+from neural_testbed.leaderboard import store as store_lib
+
+__all__ = ["results_frame", "leaderboard_frame", "compare_frame"]
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("these functions return pandas DataFrames: install pandas, e.g. "
+                          "pip install 'neural-testbed[analysis]'") from None
+    return pandas
+
+
+def _rows(db: str) -> list[dict]:
+    with store_lib.ResultsStore(db, create=False) as store:
+        return store.rows()
+
+
+def results_frame(db: str = store_lib.DEFAULT_DB):
+    """Every stored row, one column per store field."""
+    return _pandas().DataFrame(_rows(db), columns=list(store_lib.COLUMNS))
+
+
+def leaderboard_frame(db: str = store_lib.DEFAULT_DB, sweep: str = "quick",
+                      tuning: str = "global", baseline: str = "mlp"):
+    """One row per agent: the ``neural-testbed leaderboard`` table.
+
+    Example:
+      >>> leaderboard_frame("results.db", sweep="paper", tuning="per-setting")
+    """
+    records, _ = scoring.score_agents(_rows(db), problems_lib.get_sweep(sweep), tuning, baseline)
+    return _pandas().DataFrame(records)
+
+
+def compare_frame(agent: str, baselines: Sequence[str] = ("mlp",),
+                  db: str = store_lib.DEFAULT_DB, sweep: str = "quick"):
+    """Paired KL differences per (temperature, T, tau): the ``neural-testbed compare`` table."""
+    records = scoring.compare_agents(_rows(db), problems_lib.get_sweep(sweep), agent, baselines)
+    return _pandas().DataFrame(records)

@@ -1,0 +1,233 @@
+"""The results store: one SQLite row per (agent, config, problem, tau, settings).
+
+Rows are written in transactions as soon as they are computed, so an
+interrupted sweep loses nothing and resumes where it stopped. SQLite's
+write-ahead log and a busy timeout let several processes of one sweep write
+to one store at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from neural_testbed import base
+
+__all__ = [
+    "DEFAULT_DB",
+    "SCHEMA_VERSION",
+    "StoreError",
+    "ResultsStore",
+    "config_json",
+    "config_hash",
+]
+
+DEFAULT_DB = "neural_testbed_results.db"
+SCHEMA_VERSION = 1
+
+
+class StoreError(Exception):
+    """A store that cannot be used: missing, corrupt, or from another schema."""
+
+
+_KEY_COLUMNS = ("agent", "config_hash", "problem_id", "tau",
+                "num_test", "num_samples", "estimator", "agent_seed")
+_COLUMNS = (
+    ("agent", "TEXT NOT NULL"),
+    ("config_hash", "TEXT NOT NULL"),
+    ("config", "TEXT NOT NULL"),  # JSON
+    ("problem_id", "TEXT NOT NULL"),
+    ("temperature", "REAL NOT NULL"),
+    ("num_train", "INTEGER NOT NULL"),
+    ("seed", "INTEGER NOT NULL"),
+    ("input_dim", "INTEGER NOT NULL"),
+    ("num_classes", "INTEGER NOT NULL"),
+    ("tau", "INTEGER NOT NULL"),
+    ("num_test", "INTEGER NOT NULL"),
+    ("num_samples", "INTEGER NOT NULL"),
+    ("estimator", "TEXT NOT NULL"),
+    ("agent_seed", "INTEGER NOT NULL"),
+    ("kl", "REAL"),
+    ("kl_stderr", "REAL"),
+    ("accuracy", "REAL"),
+    ("ece", "REAL"),
+    ("train_seconds", "REAL"),
+    ("eval_seconds", "REAL"),
+    ("status", "TEXT NOT NULL"),
+    ("error", "TEXT NOT NULL"),
+    ("version", "TEXT NOT NULL"),
+    ("timestamp", "TEXT NOT NULL"),
+)
+COLUMNS = tuple(name for name, _ in _COLUMNS)
+
+
+def config_json(config: Any) -> str:
+    """Canonical JSON of a config dataclass (sorted keys, tuples as lists)."""
+    return json.dumps(dataclasses.asdict(config), sort_keys=True, separators=(",", ":"))
+
+
+def config_hash(agent: str, config: Any) -> str:
+    """A stable 12-hex-digit id of (agent name, config)."""
+    text = json.dumps({"agent": agent, "config": json.loads(config_json(config))}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _package_version() -> str:
+    from neural_testbed import __version__
+
+    return __version__
+
+
+class ResultsStore:
+    """A results database file.
+
+    Args:
+      path: the SQLite file; created if missing unless ``create=False``.
+      create: whether a missing file may be created (readers pass False).
+
+    Raises:
+      StoreError: the file is missing (``create=False``), is not a SQLite
+        database, or was written with an incompatible schema.
+    """
+
+    def __init__(self, path: str, create: bool = True):
+        self.path = str(path)
+        if not create and not os.path.exists(self.path):
+            raise StoreError(f"no results store at {self.path!r}; run `neural-testbed run` or "
+                             "`neural-testbed sweep` first, or pass --db")
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
+            self._conn.execute("PRAGMA busy_timeout = 120000")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._init_schema(create)
+        except sqlite3.DatabaseError as error:
+            raise StoreError(
+                f"{self.path!r} is not a usable neural-testbed results store ({error})"
+            ) from None
+
+    def _init_schema(self, create: bool) -> None:
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" in tables:
+            row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row else None
+            if version != SCHEMA_VERSION:
+                writer = self._conn.execute("SELECT value FROM meta WHERE key='created_by'").fetchone()
+                raise StoreError(
+                    f"{self.path!r} has results schema version {version} (written by "
+                    f"neural-testbed {writer[0] if writer else 'unknown'}); this version "
+                    f"({_package_version()}) reads schema version {SCHEMA_VERSION}. "
+                    "Use a new --db file, or the neural-testbed version that wrote it."
+                )
+            return
+        if tables:
+            raise StoreError(f"{self.path!r} is a SQLite database but not a neural-testbed results store")
+        if not create:
+            raise StoreError(f"{self.path!r} is empty: it holds no results yet")
+        columns = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS)
+        with self._transaction():
+            self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            self._conn.execute(
+                f"CREATE TABLE IF NOT EXISTS results ({columns}, PRIMARY KEY ({', '.join(_KEY_COLUMNS)}))")
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO meta VALUES (?, ?)",
+                [("schema_version", str(SCHEMA_VERSION)), ("created_by", _package_version())])
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        """BEGIN IMMEDIATE takes the write lock up front (waiting for other writers)."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def write(
+        self,
+        results: Iterable[base.ProblemResult],
+        config: Any,
+        problems: Mapping[str, Any],
+        estimator: str,
+        agent_seed: int,
+    ) -> None:
+        """Writes rows in one transaction, replacing rows with the same key.
+
+        Args:
+          results: rows from the runner.
+          config: the agent config they were computed with.
+          problems: problem id -> Problem, for the problem's fields and N, M.
+          estimator: the estimator setting they were evaluated with.
+          agent_seed: the agent seed they were trained with.
+        """
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        version = _package_version()
+        records = []
+        for r in results:
+            p = problems[r.problem_id]
+            records.append((
+                r.agent, config_hash(r.agent, config), config_json(config), r.problem_id,
+                p.temperature, p.num_train, p.seed, p.input_dim, p.num_classes, r.tau,
+                p.num_test, p.num_samples, estimator, agent_seed,
+                r.kl, r.kl_stderr, r.accuracy, r.ece, r.train_seconds, r.eval_seconds,
+                r.status, r.error, version, now,
+            ))
+        placeholders = ", ".join("?" * len(COLUMNS))
+        with self._transaction():
+            self._conn.executemany(
+                f"INSERT OR REPLACE INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders})",
+                records)
+
+    def done(self, agent: str, config: Any, estimator: str, agent_seed: int,
+             status: str | None = None) -> set[tuple[str, int, int, int]]:
+        """Stored (problem id, tau, N, M) of an agent config, optionally of one status."""
+        query = ("SELECT problem_id, tau, num_test, num_samples FROM results WHERE agent=? "
+                 "AND config_hash=? AND estimator=? AND agent_seed=?")
+        args = [agent, config_hash(agent, config), estimator, agent_seed]
+        if status is not None:
+            query += " AND status=?"
+            args.append(status)
+        return set(self._conn.execute(query, args))
+
+    def rows(self, agent: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        """All rows (optionally of one agent / status) as dicts, in a stable order."""
+        query, args = "SELECT * FROM results", []
+        conditions = []
+        if agent is not None:
+            conditions.append("agent = ?")
+            args.append(agent)
+        if status is not None:
+            conditions.append("status = ?")
+            args.append(status)
+        if conditions:
+            query += " WHERE " + " AND ".join(conditions)
+        query += " ORDER BY " + ", ".join(_KEY_COLUMNS)
+        cursor = self._conn.execute(query, args)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, values)) for values in cursor]
+
+    def to_csv(self, path: str, rows: Sequence[dict[str, Any]] | None = None) -> int:
+        """Writes every row (or ``rows``) to a CSV file; returns the row count."""
+        rows = self.rows() if rows is None else rows
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        return len(rows)
