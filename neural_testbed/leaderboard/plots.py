@@ -1,0 +1,365 @@
+"""The paper's figures as PNG files, from stored results.
+
+Figure 2 (normalised KL per agent), Figures 8 and 9 (KL against T per
+temperature), Figure 10 (normalised d_KL^100 against training time) and
+Figure 5 (an environment's class-probability map beside sampled members of an
+agent). Each figure is a :class:`matplotlib.figure.Figure` drawn on its own
+Agg canvas, not through ``pyplot``: the module never changes the process-wide
+backend or pyplot state, so it works headless (no display) and leaves a user's
+interactive session alone. Sizes are fixed (figsize x dpi), so the files are
+the same size whatever the data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+try:
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+except ImportError as error:  # matplotlib is only needed for plots
+    raise ImportError(
+        "neural_testbed.leaderboard.plots needs matplotlib: pip install matplotlib"
+    ) from error
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from neural_testbed import base, generative
+from neural_testbed.leaderboard import problems as problems_lib
+from neural_testbed.leaderboard import scoring
+
+__all__ = [
+    "figure_agent_samples",
+    "figure_kl_vs_num_train",
+    "figure_kl_vs_time",
+    "figure_normalised_kl",
+    "save_figures",
+]
+
+_DPI = 100
+_SIZE_FIGURE_2 = (10, 4)  # inches; 1000 x 400 pixels
+_SIZE_FIGURES_8_9 = (12, 4)  # 1200 x 400
+_SIZE_FIGURE_10 = (7, 5)  # 700 x 500
+_PANEL_FIGURE_5 = 3  # inches per panel, plus 1 for the colour bar; 4 high
+_SNR = {0.01: "high SNR", 0.1: "medium SNR", 0.5: "low SNR"}  # the paper's temperatures
+_GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
+
+
+def _new_figure(figsize: tuple[float, float]) -> Figure:
+    figure = Figure(figsize=figsize, dpi=_DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _save(figure: Figure, path: str | os.PathLike) -> pathlib.Path:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=_DPI, format="png")
+    return path
+
+
+def _colours(agents: Iterable[str], baseline: str | None = None) -> dict[str, Any]:
+    """One fixed colour per agent name (sorted), black for the baseline."""
+    names = sorted(set(agents))
+    palette = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"].colors
+    colours = {name: palette[i % len(palette)] for i, name in enumerate(names)}
+    if baseline in colours:
+        colours[baseline] = "black"
+    return colours
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(value)
+    except TypeError:  # None, or not a number
+        return False
+
+
+def _temperature_title(temperature: float) -> str:
+    snr = _SNR.get(temperature)
+    return f"temperature {temperature:g}" + (f" ({snr})" if snr else "")
+
+
+def figure_normalised_kl(
+    records: Sequence[Mapping[str, Any]], path: str | os.PathLike, baseline: str = "mlp"
+) -> pathlib.Path:
+    """The paper's Figure 2: each agent's KL divided by the baseline's, at tau = 1 and 100.
+
+    Bars carry their standard error (scaled like the mean). When no record has a
+    normalised value (no baseline results), the raw KL is drawn and the axis
+    label says so. Agents that miss problems are starred.
+
+    Args:
+      records: ``scoring.score_agents(rows, problems, tuning="per-setting")[0]``.
+      path: the PNG file to write.
+      baseline: the agent the values are normalised by (labels only).
+
+    Returns:
+      ``path``.
+    """
+    if not records:
+        raise ValueError("no agent records to plot")
+    colours = _colours((r["agent"] for r in records), baseline)
+    figure = _new_figure(_SIZE_FIGURE_2)
+    axes = figure.subplots(1, 2)
+    positions = np.arange(len(records))
+    labels = [r["agent"] + ("*" if r.get("flag") else "") for r in records]
+    for ax, tau in zip(axes, (1, 100)):
+        normalised = any(_finite(r[f"kl_{tau}_norm"]) for r in records)
+        values, errors = [], []
+        for r in records:
+            kl, se = r[f"kl_{tau}"], r.get(f"kl_{tau}_stderr", math.nan)
+            value = r[f"kl_{tau}_norm"] if normalised else kl
+            scale = value / kl if _finite(value) and _finite(kl) and kl != 0 else math.nan
+            values.append(value)
+            errors.append(se * scale if _finite(se) and _finite(scale) else 0.0)
+        heights = [v if _finite(v) else 0.0 for v in values]
+        bars = ax.bar(positions, heights, yerr=errors, capsize=3,
+                      color=[colours[r["agent"]] for r in records], edgecolor="black",
+                      linewidth=0.5)
+        ax.bar_label(bars, [f"{v:.3g}" if _finite(v) else "n/a" for v in values],
+                     fontsize=8, padding=2)
+        if normalised:
+            ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
+            ax.set_ylabel(f"d_KL^{tau} / {baseline}'s d_KL^{tau}")
+        else:
+            ax.set_ylabel(f"d_KL^{tau} (raw: no {baseline} results to normalise by)")
+        ax.set_title(f"tau = {tau}")
+        ax.set_xticks(positions, labels, rotation=30, ha="right")
+        ax.set_ylim(0, max(h + e for h, e in zip(heights, errors)) * 1.15 or 1.0)
+    if any(r.get("flag") for r in records):
+        figure.supxlabel("* scored on only part of the sweep's problems", fontsize=9)
+    return _save(figure, path)
+
+
+def figure_kl_vs_num_train(
+    setting_records: Sequence[Mapping[str, Any]],
+    tau: int,
+    path: str | os.PathLike,
+    baseline: str = "mlp",
+) -> pathlib.Path:
+    """The paper's Figures 8 (tau = 1) and 9 (tau = 100): KL against T per temperature.
+
+    One panel per temperature; one line per agent with the mean KL over seeds
+    and its standard error; the baseline agent as a dashed black line.
+
+    Args:
+      setting_records: ``scoring.kl_by_setting(rows, problems, ...)``.
+      tau: which tau's KL to draw.
+      path: the PNG file to write.
+      baseline: the agent drawn dashed.
+
+    Returns:
+      ``path``.
+    """
+    records = [r for r in setting_records if r["tau"] == tau and _finite(r["kl"])]
+    if not records:
+        raise ValueError(f"no KL results at tau={tau} to plot")
+    colours = _colours((r["agent"] for r in records), baseline)
+    temperatures = sorted({r["temperature"] for r in records})
+    figure = _new_figure(_SIZE_FIGURES_8_9)
+    axes = figure.subplots(1, len(temperatures), squeeze=False)[0]
+    agents = sorted({r["agent"] for r in records}, key=lambda a: (a == baseline, a))
+    for ax, temperature in zip(axes, temperatures):
+        for agent in agents:
+            points = sorted((r["num_train"], r["kl"], r["kl_stderr"]) for r in records
+                            if r["agent"] == agent and r["temperature"] == temperature)
+            if not points:
+                continue
+            num_train, kl, se = zip(*points)
+            is_base = agent == baseline
+            ax.errorbar(num_train, kl, yerr=[s if _finite(s) else 0.0 for s in se],
+                        label=agent, color=colours[agent], linestyle="--" if is_base else "-",
+                        linewidth=2 if is_base else 1.5, marker="o", markersize=4, capsize=2)
+        ax.set_xscale("log")
+        ax.set_xlabel("T (training pairs)")
+        ax.set_title(_temperature_title(temperature))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"d_KL^{tau} (mean over seeds)")
+    legend = {}  # label -> handle, over every panel: an agent may miss a temperature
+    for ax in axes:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    axes[-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper right")
+    figure.suptitle(f"KL at tau = {tau} against the number of training pairs")
+    return _save(figure, path)
+
+
+def figure_kl_vs_time(
+    candidate_records: Sequence[Mapping[str, Any]],
+    baseline_kl_100: float,
+    path: str | os.PathLike,
+    baseline: str = "mlp",
+) -> pathlib.Path:
+    """The paper's Figure 10: normalised d_KL^100 against seconds per problem.
+
+    One point per config, coloured by agent; a config scored on fewer problems
+    than the most complete one is drawn hollow. When ``baseline_kl_100`` is not a
+    positive number the raw d_KL^100 is drawn and the axis label says so.
+
+    Args:
+      candidate_records: ``scoring.score_candidates(rows, problems)``.
+      baseline_kl_100: the baseline agent's d_KL^100, the normaliser.
+      path: the PNG file to write.
+      baseline: the baseline's name (labels only).
+
+    Returns:
+      ``path``.
+    """
+    records = [r for r in candidate_records if _finite(r["kl_100"])
+               and _finite(r["seconds_per_problem"]) and r["seconds_per_problem"] > 0]
+    if not records:
+        raise ValueError("no configs with a finite d_KL^100 and a positive time to plot")
+    normalised = _finite(baseline_kl_100) and baseline_kl_100 > 0
+    divisor = baseline_kl_100 if normalised else 1.0
+    colours = _colours((r["agent"] for r in records), baseline)
+    most = max(r["problems"] for r in records)
+    figure = _new_figure(_SIZE_FIGURE_10)
+    ax = figure.subplots()
+    for agent in sorted({r["agent"] for r in records}):
+        mine = [r for r in records if r["agent"] == agent]
+        full = [r["problems"] == most for r in mine]
+        ax.scatter([r["seconds_per_problem"] for r in mine], [r["kl_100"] / divisor for r in mine],
+                   label=agent, s=30, edgecolors=colours[agent], linewidths=1.2,
+                   facecolors=[colours[agent] if f else "none" for f in full])
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds per problem (train + evaluate)")
+    if normalised:
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
+        ax.set_ylabel(f"d_KL^100 / {baseline}'s d_KL^100")
+    else:
+        ax.set_ylabel(f"d_KL^100 (raw: no {baseline} results to normalise by)")
+    title = "d_KL^100 against compute, one point per config"
+    if not all(r["problems"] == most for r in records):
+        title += "\n(hollow: scored on fewer problems)"
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def save_figures(
+    rows: Iterable[Mapping[str, Any]],
+    problems: Mapping[str, problems_lib.Problem],
+    out_dir: str | os.PathLike,
+    baseline: str = "mlp",
+) -> list[pathlib.Path]:
+    """Writes figure2.png, figure8.png, figure9.png and figure10.png into ``out_dir``.
+
+    Figures 2, 8 and 9 use per-setting tuning (the best config per
+    (temperature, T), as the paper does), so the three show the same tuned
+    results. Figure 10 normalises by the baseline's
+    globally tuned d_KL^100, the best single config, like each of its points.
+
+    Args:
+      rows: stored rows (``ResultsStore.rows()``).
+      problems: the sweep, problem id -> Problem (``get_sweep(name)``).
+      out_dir: the folder to write to; created if missing.
+      baseline: the agent KL is normalised by and drawn dashed.
+
+    Returns:
+      The paths written.
+
+    Raises:
+      ValueError: if no row is an ok result of the sweep's problems.
+    """
+    rows = list(rows)
+    out_dir = pathlib.Path(out_dir)
+    tuned = scoring.score_agents(rows, problems, tuning="per-setting", baseline=baseline)[0]
+    if not any(r["problems"] for r in tuned):
+        raise ValueError("no ok results for the sweep's problems in these rows; run "
+                         "`neural-testbed sweep` (or `run`) on this sweep first")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    settings = scoring.kl_by_setting(rows, problems, tuning="per-setting")
+    global_tuned = scoring.score_agents(rows, problems, tuning="global", baseline=baseline)[0]
+    base_kl_100 = next((r["kl_100"] for r in global_tuned if r["agent"] == baseline), math.nan)
+    return [
+        figure_normalised_kl(tuned, out_dir / "figure2.png", baseline),
+        figure_kl_vs_num_train(settings, 1, out_dir / "figure8.png", baseline),
+        figure_kl_vs_num_train(settings, 100, out_dir / "figure9.png", baseline),
+        figure_kl_vs_time(scoring.score_candidates(rows, problems), base_kl_100,
+                          out_dir / "figure10.png", baseline),
+    ]
+
+
+def figure_agent_samples(
+    agent: base.Agent,
+    problem: problems_lib.Problem,
+    path: str | os.PathLike,
+    key: jax.Array,
+    num_members: int = 4,
+    grid_size: int = 100,
+) -> pathlib.Path:
+    """The paper's Figure 5: the environment beside sampled members of a trained agent.
+
+    Trains ``agent`` on ``problem`` with the runner's key (agent seed 0), then
+    draws the environment's class-1 probability over [-3, 3]^2 with the training
+    points, and the class-1 probability of ``num_members`` sampled members, each
+    with its 0.5 decision boundary.
+
+    Args:
+      agent: the agent, e.g. ``agents.get_agent("mlp").make(config)``.
+      problem: a problem with ``input_dim == 2``.
+      path: the PNG file to write.
+      key: draws the members' indices.
+      num_members: how many sampled members to draw.
+      grid_size: grid points per axis.
+
+    Returns:
+      ``path``.
+
+    Raises:
+      ValueError: if the problem's inputs are not 2-d, or the counts are < 1 (< 2).
+    """
+    if problem.input_dim != 2:
+        raise ValueError(f"Figure 5 maps a 2-d input space; problem {problem.problem_id} "
+                         f"has input_dim={problem.input_dim}")
+    if num_members < 1 or grid_size < 2:
+        raise ValueError(f"need num_members >= 1 and grid_size >= 2, got {num_members} "
+                         f"and {grid_size}")
+    env, data = problems_lib.load_problem(problem)
+    agent_key = jax.random.fold_in(problems_lib.problem_keys(problem.seed).agent, 0)
+    state = jax.jit(agent.train)(agent_key, data, problems_lib.prior_knowledge(problem))
+    axis = np.linspace(-_GRID_LIMIT, _GRID_LIMIT, grid_size)
+    grid_x, grid_y = np.meshgrid(axis, axis)
+    inputs = jnp.asarray(np.stack([grid_x.ravel(), grid_y.ravel()], axis=-1), jnp.float32)
+
+    def class_1(logits: jax.Array) -> np.ndarray:
+        return np.asarray(jax.nn.softmax(logits)[:, 1]).reshape(grid_size, grid_size)
+
+    maps = [("environment", class_1(generative.environment_logits(env, inputs)))]
+    for i, member_key in enumerate(jax.random.split(key, num_members)):
+        index = agent.enn.sample_index(member_key)
+        maps.append((f"sampled member {i + 1}", class_1(agent.enn.apply(state, inputs, index))))
+
+    figure = _new_figure((_PANEL_FIGURE_5 * len(maps) + 1, 4))
+    axes = figure.subplots(1, len(maps), sharey=True)
+    x, y = np.asarray(data.x), np.asarray(data.y)
+    others = "y = 0" if problem.num_classes == 2 else "y != 1"
+    markers = ((y != 1, "white", "black", others), (y == 1, "black", "white", "y = 1"))
+    for i, (ax, (title, probs)) in enumerate(zip(axes, maps)):
+        image = ax.pcolormesh(grid_x, grid_y, probs, cmap="RdBu_r", vmin=0, vmax=1,
+                              shading="auto")
+        if probs.min() < 0.5 < probs.max():
+            ax.contour(grid_x, grid_y, probs, levels=[0.5], colors="black", linewidths=1.2)
+        for chosen, face, edge, label in markers:
+            ax.scatter(x[chosen, 0], x[chosen, 1], s=18 if i == 0 else 12, c=face,
+                       edgecolors=edge, linewidths=0.6, label=label)
+        ax.set_xlim(-_GRID_LIMIT, _GRID_LIMIT)
+        ax.set_ylim(-_GRID_LIMIT, _GRID_LIMIT)
+        ax.set_aspect("equal")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("x_1")
+    axes[0].set_ylabel("x_2")
+    axes[0].legend(fontsize=7, loc="lower left", title="training data", title_fontsize=7)
+    figure.colorbar(image, ax=axes, label="P(y = 1 | x)", shrink=0.9)
+    figure.suptitle(f"{problem.problem_id}: {_temperature_title(problem.temperature)}, "
+                    f"T = {problem.num_train}; black line: decision boundary P = 0.5",
+                    fontsize=10)
+    return _save(figure, path)

@@ -1,0 +1,121 @@
+"""Plots: each figure is a valid PNG of the chosen size, from a small hand-made results table."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import jax
+import matplotlib
+import pytest
+
+from neural_testbed import agents, leaderboard
+from neural_testbed.leaderboard import plots, scoring
+
+# 2 temperatures x 2 T x 2 seeds of the paper sweep: 8 problems.
+PROBLEMS = {
+    pid: p for pid, p in leaderboard.get_sweep("paper").items()
+    if p.temperature in (0.01, 0.5) and p.num_train in (10, 100) and p.seed < 2
+}
+
+
+def _row(agent, config_hash, problem, tau, kl, seconds=0.5, status="ok"):
+    return {
+        "agent": agent, "config_hash": config_hash, "config": f'{{"id":"{config_hash}"}}',
+        "problem_id": problem.problem_id, "temperature": problem.temperature,
+        "num_train": problem.num_train, "seed": problem.seed, "input_dim": problem.input_dim,
+        "num_classes": problem.num_classes, "tau": tau, "num_test": problem.num_test,
+        "num_samples": problem.num_samples, "estimator": "auto", "agent_seed": 0,
+        "kl": kl, "kl_stderr": 0.01 * kl, "accuracy": 0.8, "ece": 0.05,
+        "train_seconds": seconds, "eval_seconds": seconds / 10, "status": status,
+        "error": "" if status == "ok" else "boom", "version": "0.1.0",
+        "timestamp": "2024-01-01T00:00:00",
+    }
+
+
+def _rows(with_mlp=True):
+    """mlp (2 configs), ensemble (2 configs), dropout (1 config, missing one problem)."""
+    agent_scale = {"ensemble": 0.6, "dropout": 1.4}
+    if with_mlp:
+        agent_scale["mlp"] = 1.0
+    rows = []
+    for agent, scale in agent_scale.items():
+        for c, (config_scale, seconds) in enumerate([(1.0, 0.2), (1.2, 2.0)]):
+            if agent == "dropout" and c:
+                continue
+            for i, p in enumerate(PROBLEMS.values()):
+                if agent == "dropout" and i == 0:
+                    continue
+                kl = scale * config_scale * (0.1 + p.temperature) * (1 + p.seed) / p.num_train**0.5
+                for tau in p.taus:
+                    rows.append(_row(agent, f"{agent}{c}", p, tau, kl * (1 + tau / 10), seconds))
+    first = next(iter(PROBLEMS.values()))
+    rows.append(_row("bbb", "bbb0", first, 1, float("nan"), status="failed"))  # not scored
+    return rows
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
+    length, chunk = struct.unpack(">I4s", data[8:16])
+    assert (length, chunk) == (13, b"IHDR"), "the first chunk is not IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_each_figure_is_a_png_of_its_size(tmp_path):
+    rows = _rows()
+    backend = matplotlib.get_backend()
+    records = scoring.score_agents(rows, PROBLEMS, tuning="per-setting")[0]
+    assert plots.figure_normalised_kl(records, tmp_path / "f2.png") == tmp_path / "f2.png"
+    assert _png_size(tmp_path / "f2.png") == (1000, 400)
+    settings = scoring.kl_by_setting(rows, PROBLEMS)
+    for tau in (1, 100):
+        path = plots.figure_kl_vs_num_train(settings, tau, tmp_path / f"f_{tau}.png")
+        assert _png_size(path) == (1200, 400)
+    candidates = scoring.score_candidates(rows, PROBLEMS)
+    mlp_kl_100 = next(r["kl_100"] for r in records if r["agent"] == "mlp")
+    path = plots.figure_kl_vs_time(candidates, mlp_kl_100, tmp_path / "f10.png")
+    assert _png_size(path) == (700, 500)
+    assert matplotlib.get_backend() == backend  # the user's backend is left alone
+
+
+def test_save_figures_writes_the_four_figures(tmp_path):
+    out = tmp_path / "new" / "dir"
+    paths = plots.save_figures(_rows(), PROBLEMS, out)
+    assert [p.name for p in paths] == ["figure2.png", "figure8.png", "figure9.png", "figure10.png"]
+    sizes = [_png_size(p) for p in paths]
+    assert sizes == [(1000, 400), (1200, 400), (1200, 400), (700, 500)]
+    assert all(p.parent == out for p in paths)
+
+
+def test_without_mlp_results_raw_kl_is_plotted(tmp_path):
+    rows = _rows(with_mlp=False)
+    records = scoring.score_agents(rows, PROBLEMS, tuning="per-setting")[0]
+    assert all(r["kl_1_norm"] != r["kl_1_norm"] for r in records)  # NaN: nothing to normalise by
+    assert _png_size(plots.figure_normalised_kl(records, tmp_path / "f2.png")) == (1000, 400)
+    assert len(plots.save_figures(rows, PROBLEMS, tmp_path / "out")) == 4
+
+
+def test_no_usable_rows_is_a_clear_error(tmp_path):
+    failed = [r for r in _rows() if r["status"] == "failed"]
+    with pytest.raises(ValueError, match="no ok results"):
+        plots.save_figures(failed, PROBLEMS, tmp_path)
+    with pytest.raises(ValueError, match="no agent records"):
+        plots.figure_normalised_kl([], tmp_path / "f2.png")
+
+
+def test_agent_samples_figure(tmp_path):
+    agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20))
+    problem = leaderboard.get_sweep("paper")["classification_2d/17"]
+    path = plots.figure_agent_samples(agent, problem, tmp_path / "f5.png", jax.random.key(0),
+                                      grid_size=40)
+    assert _png_size(path) == (1600, 400)  # 5 panels of 3 inches + 1 for the colour bar
+
+
+def test_agent_samples_needs_2d_inputs(tmp_path):
+    agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20))
+    problem = dataclasses.replace(leaderboard.get_sweep("paper")["classification_2d/17"],
+                                  input_dim=3)
+    with pytest.raises(ValueError, match="input_dim=3"):
+        plots.figure_agent_samples(agent, problem, tmp_path / "f5.png", jax.random.key(0))
+    assert not (tmp_path / "f5.png").exists()
