@@ -1,0 +1,100 @@
+"""The results store: round trip, resumability keys, concurrent writers, bad files."""
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from neural_testbed import agents, base, leaderboard
+from neural_testbed.leaderboard import store as store_lib
+
+PROBLEMS = leaderboard.get_sweep("smoke")
+CONFIG = agents.MLPConfig()
+
+
+def _result(pid, tau, kl=0.5, status="ok"):
+    p = PROBLEMS[pid]
+    return base.ProblemResult("mlp", pid, p.temperature, p.num_train, p.seed, tau, kl, 0.01,
+                              0.9, 0.05, 1.0, 0.5, status, "" if status == "ok" else "boom")
+
+
+def test_round_trip_and_done_keys(tmp_path):
+    with leaderboard.ResultsStore(tmp_path / "r.db") as store:
+        store.write([_result(pid, tau) for pid in PROBLEMS for tau in (1, 100)],
+                    CONFIG, PROBLEMS, "auto", 0)
+        rows = store.rows()
+        assert len(rows) == 8
+        assert rows[0]["config_hash"] == store_lib.config_hash("mlp", CONFIG)
+        assert rows[0]["config"] == store_lib.config_json(CONFIG)
+        assert {r["status"] for r in rows} == {"ok"} and rows[0]["version"]
+        done = store.done("mlp", CONFIG, "auto", 0)
+        assert ("classification_2d/90", 100, 1000, 1000) in done and len(done) == 8
+        assert store.done("mlp", CONFIG, "auto", 1) == set()  # another agent seed
+        other = agents.MLPConfig(l2_weight_decay=0.5)
+        assert store.done("mlp", other, "auto", 0) == set()
+        # Writing the same key again replaces the row: no duplicates.
+        store.write([_result("classification_2d/90", 1, kl=0.7)], CONFIG, PROBLEMS, "auto", 0)
+        assert len(store.rows()) == 8
+        assert store.to_csv(tmp_path / "r.csv") == 8
+
+
+def test_config_hash_is_stable_and_distinguishes_agents_and_values():
+    assert store_lib.config_hash("mlp", CONFIG) == store_lib.config_hash("mlp", agents.MLPConfig())
+    assert store_lib.config_hash("mlp", CONFIG) != store_lib.config_hash("toy", CONFIG)
+    assert store_lib.config_hash("mlp", CONFIG) != store_lib.config_hash(
+        "mlp", agents.MLPConfig(num_steps=999))
+
+
+_WRITER = """
+import sys
+from neural_testbed import agents, base, leaderboard
+problems = leaderboard.get_sweep("paper")
+store = leaderboard.ResultsStore(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    config = agents.MLPConfig(num_steps=1 + i)
+    row = base.ProblemResult(sys.argv[2], "classification_2d/0", 0.01, 1, 0, 1, 0.1, 0.01, 1.0,
+                             0.0, 0.1, 0.1)
+    store.write([row], config, problems, "auto", 0)
+"""
+
+
+def test_two_processes_writing_at_once_lose_nothing(tmp_path):
+    path = str(tmp_path / "shared.db")
+    leaderboard.ResultsStore(path).close()
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, path, name, "150"])
+             for name in ("writer_a", "writer_b")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    with leaderboard.ResultsStore(path) as store:
+        rows = store.rows()
+    assert len(rows) == 300
+    assert sum(r["agent"] == "writer_a" for r in rows) == 150
+
+
+def test_missing_store_is_a_clear_error(tmp_path):
+    with pytest.raises(store_lib.StoreError, match="no results store at .*nope.db"):
+        leaderboard.ResultsStore(tmp_path / "nope.db", create=False)
+
+
+def test_corrupt_store_is_a_clear_error(tmp_path):
+    path = tmp_path / "corrupt.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(store_lib.StoreError, match="is not a usable neural-testbed results store"):
+        leaderboard.ResultsStore(path)
+
+
+def test_foreign_sqlite_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(store_lib.StoreError, match="not a neural-testbed results store"):
+        leaderboard.ResultsStore(path)
+
+
+def test_store_from_an_incompatible_version_is_a_clear_error(tmp_path):
+    path = tmp_path / "future.db"
+    leaderboard.ResultsStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    with pytest.raises(store_lib.StoreError, match="schema version 99 .* reads schema version 1"):
+        leaderboard.ResultsStore(path)

@@ -1,0 +1,119 @@
+"""Sweeps through the real command: killed and resumed, a user agent, bad stores."""
+
+import os
+import pathlib
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TOY = str(pathlib.Path(__file__).with_name("toy_agent.py"))
+SWEEP = ["sweep", "--agent", "toy", "--import", TOY, "--sweep", "smoke", "--batch-size", "1",
+         "--quiet"]
+TOTAL_ROWS = 2 * 4 * 2  # configs x problems x taus
+COMPARED = ("agent", "config_hash", "problem_id", "tau", "kl", "kl_stderr", "accuracy", "ece",
+            "status")
+
+
+def _cli(args, cwd, **kwargs):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "neural_testbed.cli", *args], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)
+
+
+def _run(args, cwd):
+    proc = _cli(args, cwd)
+    out, err = proc.communicate(timeout=600)
+    return proc.returncode, out, err
+
+
+def _count(db):
+    try:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("SELECT count(*) FROM results").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _rows(db):
+    with sqlite3.connect(db) as conn:
+        cursor = conn.execute(f"SELECT {', '.join(COMPARED)} FROM results ORDER BY "
+                              "agent, config_hash, problem_id, tau")
+        return cursor.fetchall()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A store with an uninterrupted toy sweep and a short mlp run."""
+    path = tmp_path_factory.mktemp("sweep")
+    status, out, err = _run(SWEEP + ["--db", "ref.db"], path)
+    assert status == 0, err
+    assert f"{TOTAL_ROWS} rows computed, 0 reused" in out
+    status, _, err = _run(["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=30",
+                           "--db", "ref.db", "--quiet"], path)
+    assert status == 0, err
+    return path
+
+
+def test_killed_sweep_resumes_with_exactly_the_uninterrupted_rows(workdir):
+    proc = _cli(SWEEP + ["--db", "killed.db"], workdir)
+    deadline = time.time() + 300
+    while _count(workdir / "killed.db") < 4 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    at_kill = _count(workdir / "killed.db")
+    assert 0 < at_kill < TOTAL_ROWS, at_kill  # really killed mid-way
+    status, out, err = _run(SWEEP + ["--db", "killed.db"], workdir)
+    assert status == 0, err
+    assert f"{TOTAL_ROWS - at_kill} rows computed, {at_kill} reused" in out
+    reference = [r for r in _rows(workdir / "ref.db") if r[0] == "toy"]
+    assert _rows(workdir / "killed.db") == reference
+    # A third run computes nothing.
+    status, out, _ = _run(SWEEP + ["--db", "killed.db"], workdir)
+    assert status == 0 and f"0 rows computed, {TOTAL_ROWS} reused" in out
+
+
+def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
+    status, out, err = _run(["leaderboard", "--import", TOY, "--sweep", "smoke", "--db",
+                             "ref.db", "--format", "csv"], workdir)
+    assert status == 0, err
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("agent,kl_1,kl_1_stderr,kl_1_norm,kl_100")
+    assert {line.split(",")[0] for line in lines[1:]} == {"toy", "mlp"}
+    status, out, err = _run(["leaderboard", "--sweep", "smoke", "--db", "ref.db",
+                             "--tuning", "per-setting", "--format", "markdown"], workdir)
+    assert status == 0 and out.startswith("| agent |"), err
+    status, out, err = _run(["compare", "--import", TOY, "--agent", "toy", "--baseline", "mlp",
+                             "--sweep", "smoke", "--db", "ref.db"], workdir)
+    assert status == 0, err
+    assert re.search(r"toy vs mlp: significantly better in \d+, worse in \d+ of 4", out)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["leaderboard", "--db", "missing.db"], "no results store at 'missing.db'"),
+     (["leaderboard", "--db", "corrupt.db"], "is not a usable neural-testbed results store"),
+     (["leaderboard", "--db", "empty.db"], "holds no results yet"),
+     (["leaderboard", "--db", "ref.db", "--sweep", "paper", "--baseline", "ens"],
+      "note: no ens results for this sweep"),
+     (["sweep", "--agent", "nope", "--db", "x.db"], "unknown agent 'nope'"),
+     (["compare", "--agent", "toy", "--db", "ref.db"], "unknown agent 'toy'"),
+     (["run", "--agent", "mlp", "--import", "no_such_module"], "--import no_such_module: No module")],
+)
+def test_bad_input_is_a_clear_message_without_traceback(workdir, args, message):
+    (workdir / "corrupt.db").write_bytes(b"garbage" * 200)
+    if not (workdir / "empty.db").exists():
+        from neural_testbed import leaderboard
+        leaderboard.ResultsStore(workdir / "empty.db").close()
+    status, out, err = _run(args, workdir)
+    assert message in err, err
+    assert "Traceback" not in err
+    if not message.startswith("note:"):
+        assert status == 2
