@@ -1,0 +1,40 @@
+"""Loading user agents: entry points and --import."""
+
+import importlib.metadata
+import pathlib
+
+import pytest
+
+from neural_testbed.agents import plugins, registry
+
+TOY = pathlib.Path(__file__).parents[1] / "leaderboard" / "toy_agent.py"
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "AGENTS", registry._REGISTRY)
+
+
+def test_entry_point_registers_its_spec_under_its_name(fresh_registry, monkeypatch):
+    monkeypatch.syspath_prepend(str(TOY.parent))
+    points = [
+        importlib.metadata.EntryPoint("my_toy", "toy_agent:SPEC", plugins.ENTRY_POINT_GROUP),
+        importlib.metadata.EntryPoint("broken", "no_such_module:SPEC", plugins.ENTRY_POINT_GROUP),
+    ]
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: points if group == plugins.ENTRY_POINT_GROUP else [])
+    assert plugins.load_entry_points() == ["my_toy"]  # the broken one is skipped with a warning
+    assert registry.get_agent("my_toy").description.startswith("a tiny mlp")
+
+
+def test_import_by_file_path_registers_the_agent(fresh_registry):
+    plugins.import_agent_module(str(TOY))
+    assert "toy" in registry._REGISTRY
+
+
+def test_import_errors_are_clear():
+    with pytest.raises(ValueError, match="--import nowhere/x.py: no such file"):
+        plugins.import_agent_module("nowhere/x.py")
+    with pytest.raises(ValueError, match="--import not_a_module_xyz: No module named"):
+        plugins.import_agent_module("not_a_module_xyz")
