@@ -50,14 +50,29 @@ def _parser() -> argparse.ArgumentParser:
                          help="recompute results already in the store, replacing them")
     compute.add_argument("--retry-failed", action="store_true",
                          help="recompute only the results stored as failed (and missing ones)")
+    compute.add_argument("--keep-going", action="store_true",
+                         help="exit with status 0 even if some problems failed")
     compute.add_argument("--quiet", action="store_true", help="no progress bar")
+    scale = argparse.ArgumentParser(add_help=False)
+    scale.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="local worker processes (default: 1, this process); with "
+                            "--backend ray, the CPUs of the local Ray cluster")
+    scale.add_argument("--backend", default="local", choices=["local", "ray"],
+                       help="local (default), or ray: run work units as Ray tasks "
+                            "(pip install 'neural-testbed[ray]')")
+    scale.add_argument("--address", default=None,
+                       help="address of an existing Ray cluster (default: start a local one "
+                            "on this machine, loopback only, no dashboard)")
+    scale.add_argument("--shard", default=None, metavar="I/N",
+                       help="run only the I-th of N deterministic shares of the work, e.g. for "
+                            "a batch-queue array job; combine the stores with `merge`")
     fmt = argparse.ArgumentParser(add_help=False)
     fmt.add_argument("--format", default="table", choices=["table", "csv", "markdown"],
                      help="output format (default: table)")
 
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
-        "run", parents=[common, db, sweep_choice, compute],
+        "run", parents=[common, db, sweep_choice, compute, scale],
         help="evaluate one agent config on a problem sweep",
         description="Train an agent once per problem of a sweep, evaluate d_KL at each tau "
                     "(1 and 100), store every row, and print a table and an aggregate line. "
@@ -71,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", metavar="CSV", help="also write this run's rows to a CSV file")
 
     sweep = commands.add_parser(
-        "sweep", parents=[common, db, sweep_choice, compute],
+        "sweep", parents=[common, db, sweep_choice, compute, scale],
         help="run every config of an agent's hyperparameter sweep",
         description="Run each config of the agent's hyperparameter sweep on each problem, "
                     "writing every result to the store as soon as it is computed. Rerun after "
@@ -116,6 +131,15 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                       metavar="KEY=VALUE", help="hyperparameters for the Figure 5 agent")
 
+    merge = commands.add_parser(
+        "merge", parents=[common], help="combine results stores into one",
+        description="Copy the rows of several stores (e.g. the shards of a sweep) into one. "
+                    "Exact duplicates are skipped; rows with the same key but different "
+                    "results are refused, and nothing is written.")
+    merge.add_argument("inputs", nargs="+", metavar="DB", help="stores to read")
+    merge.add_argument("-o", "--output", required=True, metavar="DB",
+                       help="store to write (created if missing; may already hold rows)")
+
     export = commands.add_parser("export", parents=[common, db],
                                  help="write every stored row to a CSV file")
     export.add_argument("-o", "--output", required=True, metavar="CSV", help="the CSV file")
@@ -148,11 +172,13 @@ def _cmd_problems(args) -> int:
 
 def _compute(args, configs: Sequence[Any]) -> tuple[sweep_lib.SweepSummary, list]:
     problems = list(problems_lib.get_sweep(args.sweep).values())
+    shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
     with store_lib.ResultsStore(args.db) as store:
         summary = sweep_lib.run_sweep(
             args.agent, configs, problems, store, agent_seed=args.seed, estimator=args.estimator,
             batch_size=args.batch_size, recompute=args.recompute, retry_failed=args.retry_failed,
-            progress=not args.quiet)
+            shard=shard, backend=args.backend, workers=args.workers, address=args.address,
+            imports=args.imports, progress=not args.quiet)
     return summary, problems
 
 
@@ -217,15 +243,22 @@ def _cmd_run(args) -> int:
           f"from {args.db}")
     if args.output:
         print(f"wrote {len(rows)} rows to {args.output}")
-    return _report_failures(rows)
+    return _report_failures(rows, args.keep_going)
 
 
-def _report_failures(rows) -> int:
-    failed = [r for r in rows if r["status"] != "ok"]
-    for r in failed:
-        print(f"FAILED {r['agent']} {r['problem_id']} tau={r['tau']}: {r['error']}",
-              file=sys.stderr)
-    return 1 if failed else 0
+def _report_failures(rows, keep_going: bool) -> int:
+    """Lists failed rows by agent and problem; the exit status of the command."""
+    failed: dict[tuple[str, str], list] = {}
+    for r in rows:
+        if r["status"] != "ok":
+            failed.setdefault((r["agent"], r["problem_id"]), []).append(r)
+    if failed:
+        print(f"{len(failed)} failed (agent, problem) pairs; rerun with --retry-failed to "
+              "recompute only them:", file=sys.stderr)
+    for (agent, pid), group in sorted(failed.items()):
+        taus = ", ".join(str(r["tau"]) for r in group)
+        print(f"  FAILED {agent} {pid} (tau {taus}): {group[0]['error']}", file=sys.stderr)
+    return 1 if failed and not keep_going else 0
 
 
 def _cmd_sweep(args) -> int:
@@ -238,11 +271,11 @@ def _cmd_sweep(args) -> int:
     summary, _ = _compute(args, configs)
     print(f"done in {time.perf_counter() - start:.1f} s: {summary.computed} rows computed, "
           f"{summary.reused} reused, {summary.failed} failed")
-    if summary.failed:
-        with store_lib.ResultsStore(args.db, create=False) as store:
-            return _report_failures([r for r in store.rows(agent=args.agent, status="failed")
-                                     if r["problem_id"] in problems])
-    return 0
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        failed = [r for r in store.rows(agent=args.agent, status="failed")
+                  if r["problem_id"] in problems
+                  and r["config_hash"] in {store_lib.config_hash(args.agent, c) for c in configs}]
+    return _report_failures(failed, args.keep_going)
 
 
 def _stored_rows(args) -> list[dict[str, Any]]:
@@ -315,6 +348,18 @@ def _cmd_plot(args) -> int:
     return 0
 
 
+def _cmd_merge(args) -> int:
+    sources = []
+    for path in args.inputs:
+        with store_lib.ResultsStore(path, create=False) as source:
+            sources.append((path, source.rows()))
+    with store_lib.ResultsStore(args.output) as target:
+        added, duplicates = target.merge([r for _, rows in sources for r in rows])
+    print(f"merged {len(sources)} stores into {args.output}: {added} rows added, "
+          f"{duplicates} exact duplicates skipped")
+    return 0
+
+
 def _cmd_export(args) -> int:
     with store_lib.ResultsStore(args.db, create=False) as store:
         count = store.to_csv(args.output)
@@ -323,7 +368,8 @@ def _cmd_export(args) -> int:
 
 
 _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
-             "compare": _cmd_compare, "plot": _cmd_plot, "export": _cmd_export,
+             "compare": _cmd_compare, "plot": _cmd_plot, "merge": _cmd_merge,
+             "export": _cmd_export,
              "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}
 
 

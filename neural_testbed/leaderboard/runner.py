@@ -51,8 +51,12 @@ def _error_text(error: BaseException) -> str:
     return text if len(text) <= 1000 else text[:1000] + " ..."
 
 
-class _BatchRunner:
-    """Compiled functions for one agent and one problem shape."""
+class BatchRunner:
+    """Compiled functions for one agent and one problem shape.
+
+    Reuse one for every batch of that shape: its jitted programs compile on
+    the first batch only.
+    """
 
     def __init__(self, agent: base.Agent, template: problems_lib.Problem, estimator: str,
                  agent_seed: int):
@@ -179,12 +183,12 @@ def run_agent(
                desc=agent_name, dynamic_ncols=True)
     with bar:
         for group in groups.values():
-            runner = _BatchRunner(agent, group[0], estimator, agent_seed)
+            runner = BatchRunner(agent, group[0], estimator, agent_seed)
             size = batch_size or len(group)
             for start in range(0, len(group), size):
                 batch = group[start:start + size]
                 bar.set_postfix_str(f"T={batch[0].num_train}")
-                rows = _run_isolating_failures(runner, batch, size, agent_name)
+                rows = run_batch(runner, batch, size, agent_name)
                 if on_rows is not None:
                     on_rows(rows)
                 results.extend(rows)
@@ -192,8 +196,12 @@ def run_agent(
     return results
 
 
-def _run_isolating_failures(runner: _BatchRunner, batch, size, agent_name):
-    """Runs a batch padded to ``size``; on an error, runs its problems one by one."""
+def run_batch(runner: BatchRunner, batch, size, agent_name) -> list[base.ProblemResult]:
+    """Rows of a batch of same-shape problems, padded to ``size`` problems.
+
+    On an error, runs its problems one by one, so that only the failing ones
+    get failed rows.
+    """
     padded = list(batch) + [batch[-1]] * (size - len(batch))
     try:
         return runner(padded, agent_name, num_real=len(batch))
@@ -203,4 +211,4 @@ def _run_isolating_failures(runner: _BatchRunner, batch, size, agent_name):
             return _failed_rows(agent_name, batch[0], error)
         log.warning("%s: a batch of %d problems failed (%s); retrying one by one",
                     agent_name, len(batch), _error_text(error))
-        return [row for p in batch for row in _run_isolating_failures(runner, [p], 1, agent_name)]
+        return [row for p in batch for row in run_batch(runner, [p], 1, agent_name)]

@@ -67,6 +67,12 @@ _COLUMNS = (
     ("timestamp", "TEXT NOT NULL"),
 )
 COLUMNS = tuple(name for name, _ in _COLUMNS)
+_RESULT_COLUMNS = ("config", "kl", "kl_stderr", "accuracy", "ece", "status", "error")
+
+
+def _same(value: Any) -> Any:
+    """NaN compares equal to NaN when deciding whether two rows are duplicates."""
+    return "nan" if isinstance(value, float) and value != value else value
 
 
 def config_json(config: Any) -> str:
@@ -222,6 +228,44 @@ class ResultsStore:
         cursor = self._conn.execute(query, args)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, values)) for values in cursor]
+
+    def merge(self, rows: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+        """Adds rows from another store; returns (added, exact duplicates skipped).
+
+        A row whose key is already here with a different result (config, kl,
+        kl_stderr, accuracy, ece, status or error) is a conflict: nothing is
+        written and a :class:`StoreError` lists the conflicting keys. Timings,
+        timestamps and versions may differ between duplicates.
+        """
+        key_of = lambda r: tuple(r[c] for c in _KEY_COLUMNS)  # noqa: E731
+        result_of = lambda r: tuple(_same(r[c]) for c in _RESULT_COLUMNS)  # noqa: E731
+        existing = {key_of(r): result_of(r) for r in self.rows()}
+        added, duplicates, conflicts = {}, 0, []
+        for r in rows:
+            key = key_of(r)
+            if key in existing:
+                known = existing[key]
+            elif key in added:
+                known = result_of(added[key])
+            else:
+                known = None
+            if known is None:
+                added[key] = r
+            elif known == result_of(r):
+                duplicates += 1
+            else:
+                conflicts.append(key)
+        if conflicts:
+            shown = "; ".join(", ".join(f"{c}={v}" for c, v in zip(_KEY_COLUMNS, key))
+                              for key in conflicts[:3])
+            raise StoreError(f"{len(conflicts)} row(s) conflict with rows already merged (same "
+                             f"key, different results), nothing was written: {shown}")
+        placeholders = ", ".join("?" * len(COLUMNS))
+        with self._transaction():
+            self._conn.executemany(
+                f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders})",
+                [tuple(r[c] for c in COLUMNS) for r in added.values()])
+        return len(added), duplicates
 
     def to_csv(self, path: str, rows: Sequence[dict[str, Any]] | None = None) -> int:
         """Writes every row (or ``rows``) to a CSV file; returns the row count."""

@@ -1,8 +1,9 @@
-"""Hyperparameter sweeps into the results store, resumable.
+"""Hyperparameter sweeps into the results store: resumable, shardable, parallel.
 
-Every (config, problem, tau) row is written to the store as soon as its batch
-is computed; a rerun skips what the store already holds, so an interrupted
-sweep continues where it stopped and nothing is computed twice.
+A sweep is planned as work units (one config on one batch of same-shape
+problems) from what the store does not hold yet; units run on a backend (see
+:mod:`executors`) and their rows are written to the store as each finishes, so
+an interrupted sweep continues where it stopped and nothing is computed twice.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from neural_testbed.agents import registry
+from neural_testbed.leaderboard import executors
 from neural_testbed.leaderboard import problems as problems_lib
-from neural_testbed.leaderboard import runner
 from neural_testbed.leaderboard import store as store_lib
 
-__all__ = ["SweepSummary", "run_sweep"]
+__all__ = ["SweepSummary", "parse_shard", "plan_units", "run_sweep"]
 
 
 @dataclasses.dataclass
@@ -31,9 +32,60 @@ class SweepSummary:
     failed: int = 0  # rows written with status "failed" by this call
 
 
-def _missing(problems, done) -> list[problems_lib.Problem]:
-    return [p for p in problems
-            if any((p.problem_id, tau, p.num_test, p.num_samples) not in done for tau in p.taus)]
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``1 <= i <= n``, or a clear error."""
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected i/n, e.g. 1/4") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"--shard {text!r}: need 1 <= i <= n")
+    return i, n
+
+
+def plan_units(
+    agent_name: str,
+    configs: Sequence[Any],
+    problems: Sequence[problems_lib.Problem],
+    store: store_lib.ResultsStore,
+    *,
+    agent_seed: int = 0,
+    estimator: str = "auto",
+    batch_size: int | None = None,
+    recompute: bool = False,
+    retry_failed: bool = False,
+    shard: tuple[int, int] = (1, 1),
+) -> tuple[list[executors.WorkUnit], int]:
+    """The work units still to run, and how many rows the store already holds.
+
+    Shard ``(i, n)`` keeps the (config, problem) pairs whose position in the
+    sweep is ``i - 1`` modulo ``n``: a deterministic share that does not depend
+    on what is already stored.
+    """
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 or None, got {batch_size!r}")
+    shard_index, num_shards = shard
+    units, reused = [], 0
+    for c, config in enumerate(configs):
+        done = set() if recompute else store.done(agent_name, config, estimator, agent_seed)
+        if retry_failed:
+            done -= store.done(agent_name, config, estimator, agent_seed, status="failed")
+        todo: dict[tuple, list[problems_lib.Problem]] = {}
+        for j, p in enumerate(problems):
+            if (c * len(problems) + j) % num_shards != shard_index - 1:
+                continue
+            keys = [(p.problem_id, tau, p.num_test, p.num_samples) for tau in p.taus]
+            if all(key in done for key in keys):
+                reused += len(keys)
+            else:
+                todo.setdefault(p.shape, []).append(p)
+        for group in todo.values():
+            size = batch_size or len(group)
+            for start in range(0, len(group), size):
+                units.append(executors.WorkUnit(
+                    agent_name, config, tuple(group[start:start + size]), estimator, agent_seed,
+                    pad_to=size))
+    return units, reused
 
 
 def run_sweep(
@@ -47,6 +99,11 @@ def run_sweep(
     batch_size: int | None = None,
     recompute: bool = False,
     retry_failed: bool = False,
+    shard: tuple[int, int] = (1, 1),
+    backend: str = "local",
+    workers: int = 1,
+    address: str | None = None,
+    imports: Sequence[str] = (),
     progress: bool = True,
 ) -> SweepSummary:
     """Runs each config of a registered agent on each problem, into ``store``.
@@ -55,46 +112,37 @@ def run_sweep(
       agent_name: a registered agent.
       configs: configs of that agent (its sweep, or one config).
       problems: the problems.
-      store: where rows are written; rows already there are skipped.
+      store: where rows are written as units finish; rows already there are
+        skipped.
       agent_seed: folded into every problem's agent key.
       estimator: the likelihood estimator setting.
-      batch_size: problems of one shape trained together (None = all).
+      batch_size: problems of one shape per work unit (None = all of them).
       recompute: recompute and replace rows already in the store.
-      retry_failed: recompute only rows stored as failed (plus missing ones).
+      retry_failed: recompute the rows stored as failed (and missing ones).
+      shard: ``(i, n)``: run only the i-th of n deterministic shares.
+      backend: ``"local"`` or ``"ray"``.
+      workers: local worker processes, or CPUs of a local Ray cluster.
+      address: address of an existing Ray cluster.
+      imports: modules that register user agents, for worker processes.
       progress: show a progress bar with an ETA on stderr.
 
     Returns:
       Counts of computed, reused and failed rows.
     """
-    spec = registry.get_agent(agent_name)
+    registry.get_agent(agent_name)
     problems = list(problems)
     by_id = {p.problem_id: p for p in problems}
-    rows_per_problem = {p.problem_id: len(p.taus) for p in problems}
-    summary = SweepSummary()
-    plan = []
-    for config in configs:
-        done = set() if recompute else store.done(agent_name, config, estimator, agent_seed)
-        if retry_failed:
-            done -= store.done(agent_name, config, estimator, agent_seed, status="failed")
-        todo = _missing(problems, done)
-        summary.reused += sum(rows_per_problem[p.problem_id] for p in problems) - sum(
-            rows_per_problem[p.problem_id] for p in todo)
-        if todo:
-            plan.append((config, todo))
-    total = sum(len(todo) for _, todo in plan)
+    units, reused = plan_units(
+        agent_name, configs, problems, store, agent_seed=agent_seed, estimator=estimator,
+        batch_size=batch_size, recompute=recompute, retry_failed=retry_failed, shard=shard)
+    summary = SweepSummary(reused=reused)
+    total = sum(len(u.problems) for u in units)
     bar = tqdm(total=total, unit="problem", disable=not progress or total == 0, file=sys.stderr,
                desc=agent_name, dynamic_ncols=True)
     with bar:
-        for i, (config, todo) in enumerate(plan):
-            bar.set_postfix_str(f"config {i + 1}/{len(plan)}")
-
-            def write(rows, config=config):
-                store.write(rows, config, by_id, estimator, agent_seed)
-                summary.computed += len(rows)
-                summary.failed += sum(r.status != "ok" for r in rows)
-                bar.update(len({r.problem_id for r in rows}))
-
-            runner.run_agent(
-                spec.make(config), todo, agent_name, agent_seed=agent_seed,
-                batch_size=batch_size, estimator=estimator, progress=False, on_rows=write)
+        for unit, rows in executors.execute(units, backend, workers, address, imports):
+            store.write(rows, unit.config, by_id, estimator, agent_seed)
+            summary.computed += len(rows)
+            summary.failed += sum(r.status != "ok" for r in rows)
+            bar.update(len(unit.problems))
     return summary

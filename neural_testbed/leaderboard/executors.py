@@ -1,0 +1,200 @@
+"""Where work units run: in this process, in local worker processes, or on Ray.
+
+A work unit is one agent config on one batch of same-shape problems. Every
+backend computes a unit with :func:`compute_unit`, so the same unit gives the
+same numbers wherever it runs; the driver writes rows to the store as units
+finish, so killing it loses at most the units in flight.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import multiprocessing
+import pickle
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from neural_testbed import base
+from neural_testbed.agents import plugins, registry
+from neural_testbed.leaderboard import problems as problems_lib
+from neural_testbed.leaderboard import runner
+from neural_testbed.leaderboard import store as store_lib
+
+__all__ = ["WorkUnit", "BACKENDS", "compute_unit", "execute"]
+
+BACKENDS = ("local", "ray")
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkUnit:
+    """One agent config on one batch of problems of the same shape."""
+
+    agent: str
+    config: Any
+    problems: tuple[problems_lib.Problem, ...]
+    estimator: str = "auto"
+    agent_seed: int = 0
+    pad_to: int = 0  # pad the batch to this many problems (0 = its own size)
+
+
+# Compiled runners of this process, most recently used last, so that the units
+# of one config and shape compile once per process.
+_RUNNERS: collections.OrderedDict = collections.OrderedDict()
+_MAX_RUNNERS = 8
+
+
+def _batch_runner(unit: WorkUnit) -> runner.BatchRunner:
+    key = (unit.agent, store_lib.config_hash(unit.agent, unit.config), unit.problems[0].shape,
+           unit.estimator, unit.agent_seed)
+    if key in _RUNNERS:
+        _RUNNERS.move_to_end(key)
+        return _RUNNERS[key]
+    agent = registry.get_agent(unit.agent).make(unit.config)
+    made = runner.BatchRunner(agent, unit.problems[0], unit.estimator, unit.agent_seed)
+    _RUNNERS[key] = made
+    if len(_RUNNERS) > _MAX_RUNNERS:
+        _RUNNERS.popitem(last=False)
+    return made
+
+
+def failed_rows(unit: WorkUnit, error: str) -> list[base.ProblemResult]:
+    """Failed rows for every (problem, tau) of a unit that could not run at all."""
+    nan = float("nan")
+    return [
+        base.ProblemResult(unit.agent, p.problem_id, p.temperature, p.num_train, p.seed, tau,
+                           nan, nan, nan, nan, nan, nan, "failed", error)
+        for p in unit.problems for tau in p.taus
+    ]
+
+
+def compute_unit(unit: WorkUnit) -> list[base.ProblemResult]:
+    """The rows of a work unit; failures become failed rows, never exceptions."""
+    try:
+        made = _batch_runner(unit)
+    except Exception as error:  # building the agent failed: every problem fails
+        return failed_rows(unit, f"{type(error).__name__}: {error}")
+    size = max(unit.pad_to, len(unit.problems))
+    return runner.run_batch(made, list(unit.problems), size, unit.agent)
+
+
+def _init_worker(imports: Sequence[str]) -> None:
+    """Spawned workers start empty: register plug-in and --import agents again."""
+    plugins.load_entry_points()
+    for module in imports:
+        plugins.import_agent_module(module)
+
+
+def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
+    """Runs units in spawned processes (fork is unsafe once JAX has started threads).
+
+    If a worker dies (killed, out of memory), the pool is rebuilt and the units
+    that were running get another try; a unit whose worker dies three times
+    gets failed rows.
+    """
+    remaining = list(units)
+    attempts = collections.Counter()
+    context = multiprocessing.get_context("spawn")
+    while remaining:
+        pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_init_worker,
+            initargs=(tuple(imports),))
+        futures = {pool.submit(compute_unit, unit): i for i, unit in enumerate(remaining)}
+        finished = set()
+        broken = False
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                i = futures[future]
+                try:
+                    rows = future.result()
+                except concurrent.futures.process.BrokenProcessPool:
+                    broken = True
+                    break
+                finished.add(i)
+                yield remaining[i], rows
+        finally:
+            pool.shutdown(wait=not broken, cancel_futures=True)
+        if broken:
+            running = [i for f, i in futures.items() if i not in finished and f.running()]
+            for i in running or [i for i in range(len(remaining)) if i not in finished]:
+                attempts[remaining[i]] += 1
+            for i, unit in enumerate(remaining):
+                if i not in finished and attempts[unit] >= 3:
+                    finished.add(i)
+                    yield unit, failed_rows(unit, "the worker process died three times "
+                                                  "running this unit (out of memory?)")
+        remaining = [unit for i, unit in enumerate(remaining) if i not in finished]
+
+
+def _ray_task(payload: bytes, imports: Sequence[str]) -> list[base.ProblemResult]:
+    """The unit travels pickled, so that a user config class unpickles only after
+    the worker has imported the user's module."""
+    global _RAY_WORKER_READY
+    if not _RAY_WORKER_READY:
+        _init_worker(imports)
+        _RAY_WORKER_READY = True
+    return compute_unit(pickle.loads(payload))
+
+
+_RAY_WORKER_READY = False
+
+
+def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
+    """Runs units as Ray tasks; a task whose worker dies is retried by Ray."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--backend ray needs Ray: pip install 'neural-testbed[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:  # a local cluster for this run, reachable only from this machine
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     _node_ip_address="127.0.0.1")
+    task = ray.remote(max_retries=3)(_ray_task)
+    pending = {task.remote(pickle.dumps(unit), tuple(imports)): unit for unit in units}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            unit = pending.pop(done[0])
+            try:
+                rows = ray.get(done[0])
+            except Exception as error:  # the task failed even after Ray's retries
+                rows = failed_rows(unit, f"Ray task failed: {type(error).__name__}: {error}")
+            yield unit, rows
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def execute(
+    units: Sequence[WorkUnit],
+    backend: str = "local",
+    workers: int = 1,
+    address: str | None = None,
+    imports: Sequence[str] = (),
+) -> Iterator[tuple[WorkUnit, list[base.ProblemResult]]]:
+    """Yields ``(unit, rows)`` as units finish, in any order.
+
+    Args:
+      units: the work.
+      backend: ``"local"`` (this process, or ``workers`` spawned processes) or
+        ``"ray"`` (tasks on the cluster at ``address``, or on a local cluster
+        with ``workers`` CPUs started for the run).
+      workers: local worker processes (1 = this process).
+      address: a Ray cluster address.
+      imports: modules that register user agents, imported in every worker.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if backend == "ray":
+        return _ray(units, workers, address, imports)
+    if workers == 1:
+        return ((unit, compute_unit(unit)) for unit in units)
+    return _local_workers(units, workers, imports)
