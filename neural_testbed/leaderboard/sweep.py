@@ -58,33 +58,39 @@ def plan_units(
 ) -> tuple[list[executors.WorkUnit], int]:
     """The work units still to run, and how many rows the store already holds.
 
-    Shard ``(i, n)`` keeps the (config, problem) pairs whose position in the
-    sweep is ``i - 1`` modulo ``n``: a deterministic share that does not depend
-    on what is already stored.
+    Units are cut from the whole sweep (per config, per problem shape, chunks
+    of ``batch_size``) before anything is skipped, so a unit is the same batch
+    whichever backend, worker count or shard runs it, and gives the same
+    numbers. Shard ``(i, n)`` keeps the units whose position is ``i - 1``
+    modulo ``n``. Problems already stored are then dropped from their unit.
     """
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size!r}")
     shard_index, num_shards = shard
-    units, reused = [], 0
-    for c, config in enumerate(configs):
+    units, reused, position = [], 0, 0
+    for config in configs:
         done = set() if recompute else store.done(agent_name, config, estimator, agent_seed)
         if retry_failed:
             done -= store.done(agent_name, config, estimator, agent_seed, status="failed")
-        todo: dict[tuple, list[problems_lib.Problem]] = {}
-        for j, p in enumerate(problems):
-            if (c * len(problems) + j) % num_shards != shard_index - 1:
-                continue
-            keys = [(p.problem_id, tau, p.num_test, p.num_samples) for tau in p.taus]
-            if all(key in done for key in keys):
-                reused += len(keys)
-            else:
-                todo.setdefault(p.shape, []).append(p)
-        for group in todo.values():
+        groups: dict[tuple, list[problems_lib.Problem]] = {}
+        for p in problems:
+            groups.setdefault(p.shape, []).append(p)
+        for group in groups.values():
             size = batch_size or len(group)
             for start in range(0, len(group), size):
-                units.append(executors.WorkUnit(
-                    agent_name, config, tuple(group[start:start + size]), estimator, agent_seed,
-                    pad_to=size))
+                batch, position = group[start:start + size], position + 1
+                if (position - 1) % num_shards != shard_index - 1:
+                    continue
+                todo = []
+                for p in batch:
+                    keys = [(p.problem_id, tau, p.num_test, p.num_samples) for tau in p.taus]
+                    if all(key in done for key in keys):
+                        reused += len(keys)
+                    else:
+                        todo.append(p)
+                if todo:
+                    units.append(executors.WorkUnit(agent_name, config, tuple(todo), estimator,
+                                                    agent_seed, pad_to=size))
     return units, reused
 
 
@@ -119,7 +125,7 @@ def run_sweep(
       batch_size: problems of one shape per work unit (None = all of them).
       recompute: recompute and replace rows already in the store.
       retry_failed: recompute the rows stored as failed (and missing ones).
-      shard: ``(i, n)``: run only the i-th of n deterministic shares.
+      shard: ``(i, n)``: run only the i-th of n deterministic shares of the units.
       backend: ``"local"`` or ``"ray"``.
       workers: local worker processes, or CPUs of a local Ray cluster.
       address: address of an existing Ray cluster.
