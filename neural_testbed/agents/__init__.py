@@ -1,5 +1,6 @@
 """The agent zoo and its registry."""
 
+from neural_testbed.agents.ensemble import EnsembleConfig, ensemble_sweep, make_ensemble_agent
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
 from neural_testbed.agents.registry import (
     AGENTS,
@@ -12,6 +13,9 @@ from neural_testbed.agents.registry import (
 __all__ = [
     "AGENTS",
     "AgentSpec",
+    "EnsembleConfig",
+    "ensemble_sweep",
+    "make_ensemble_agent",
     "MLPConfig",
     "get_agent",
     "make_mlp_agent",

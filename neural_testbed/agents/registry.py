@@ -15,6 +15,7 @@ from typing import Any
 
 from neural_testbed import base
 from neural_testbed.agents import mlp
+from neural_testbed.agents import ensemble
 
 __all__ = ["AgentSpec", "AGENTS", "register", "get_agent", "parse_overrides"]
 
@@ -53,6 +54,13 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=mlp.mlp_sweep,
         make=mlp.make_mlp_agent,
         description="one MLP (50, 50) with L2 weight decay; the baseline",
+    ),
+    "ensemble": AgentSpec(
+        config_type=ensemble.EnsembleConfig,
+        default=ensemble.EnsembleConfig(),
+        sweep=ensemble.ensemble_sweep,
+        make=ensemble.make_ensemble_agent,
+        description="deep ensemble (Lakshminarayanan et al.): independently initialised MLPs",
     ),
 }
 
