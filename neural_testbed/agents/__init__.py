@@ -1,6 +1,11 @@
 """The agent zoo and its registry."""
 
 from neural_testbed.agents.ensemble import EnsembleConfig, ensemble_sweep, make_ensemble_agent
+from neural_testbed.agents.ensemble_plus import (
+    EnsemblePlusConfig,
+    ensemble_plus_sweep,
+    make_ensemble_plus_agent,
+)
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
 from neural_testbed.agents.registry import (
     AGENTS,
@@ -14,8 +19,11 @@ __all__ = [
     "AGENTS",
     "AgentSpec",
     "EnsembleConfig",
+    "EnsemblePlusConfig",
+    "ensemble_plus_sweep",
     "ensemble_sweep",
     "make_ensemble_agent",
+    "make_ensemble_plus_agent",
     "MLPConfig",
     "get_agent",
     "make_mlp_agent",

@@ -15,7 +15,7 @@ from typing import Any
 
 from neural_testbed import base
 from neural_testbed.agents import mlp
-from neural_testbed.agents import ensemble
+from neural_testbed.agents import ensemble, ensemble_plus
 
 __all__ = ["AgentSpec", "AGENTS", "register", "get_agent", "parse_overrides"]
 
@@ -61,6 +61,13 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=ensemble.ensemble_sweep,
         make=ensemble.make_ensemble_agent,
         description="deep ensemble (Lakshminarayanan et al.): independently initialised MLPs",
+    ),
+    "ensemble+": AgentSpec(
+        config_type=ensemble_plus.EnsemblePlusConfig,
+        default=ensemble_plus.EnsemblePlusConfig(),
+        sweep=ensemble_plus.ensemble_plus_sweep,
+        make=ensemble_plus.make_ensemble_plus_agent,
+        description="ensemble with randomised prior functions and bootstrap (Osband et al. 2018)",
     ),
 }
 

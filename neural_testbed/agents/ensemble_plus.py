@@ -1,0 +1,232 @@
+"""The ensemble+ agent: a deep ensemble with randomised prior functions and bootstrapping.
+
+A plain deep ensemble's members agree wherever their random initialisations
+happen to be washed out by training, so its uncertainty off the data can be
+too small. ensemble+ adds to each member a fixed, untrained random function
+(its *prior*), drawn exactly like the environment's network and scaled to the
+size of the environment's logits. Training fits the sum to the data, so members
+agree on the data but keep their prior's disagreement away from it, which is
+what a posterior should do. Optional bootstrap weights make each member fit a
+different random reweighting of the data, which spreads members where labels
+are noisy.
+
+With ``prior_scale=0`` and ``bootstrap="none"`` it is exactly the ensemble
+agent of the same size and seeds (both split their key with
+:func:`ensemble.split_keys`).
+
+References:
+  Osband, Aslanides and Cassirer, "Randomized prior functions for deep
+  reinforcement learning", NeurIPS 2018.
+  Dwaracherla et al., "Ensembles for uncertainty estimation: benefits of
+  prior functions and bootstrapping", TMLR 2023.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from neural_testbed import base, networks
+from neural_testbed.agents import ensemble, mlp, training
+
+__all__ = [
+    "Bootstrap",
+    "TemperatureScaling",
+    "EnsemblePlusConfig",
+    "EnsemblePlusState",
+    "check_bootstrap",
+    "check_prior_options",
+    "prior_function_scale",
+    "bootstrap_weights",
+    "make_ensemble_plus_agent",
+    "ensemble_plus_sweep",
+]
+
+# Per (training point, member) loss weights: all ones, Exp(1), or 2 * Bernoulli(1/2).
+Bootstrap = Literal["none", "exponential", "bernoulli"]
+# The prior function is multiplied by prior_scale / sqrt(temperature) or / temperature.
+TemperatureScaling = Literal["sqrt", "linear"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsemblePlusConfig:
+    """Hyperparameters of the ensemble+ agent (reference testbed defaults)."""
+
+    num_ensemble: int = 100  # number of members
+    prior_scale: float = 3.0  # >= 0; the prior function is scaled by this / temperature**p
+    temperature_scaling: TemperatureScaling = "sqrt"  # p = 1/2 ("sqrt") or 1 ("linear")
+    bootstrap: Bootstrap = "none"  # distribution of the per-(point, member) loss weights
+    hidden: tuple[int, ...] = (50, 50)  # hidden widths of each trained member, ReLU
+    learning_rate: float = 1e-3  # Adam step size
+    num_steps: int = 1000  # Adam steps; every member takes each one
+    batch_size: int = 100  # minibatch size, drawn with replacement from the T pairs
+    l2_weight_decay: float = 1.0  # lambda; loss += lambda / (num_ensemble * T) * |params|^2
+    adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
+
+    def __post_init__(self):
+        ensemble.check_num_ensemble(self.num_ensemble)
+        check_prior_options(self)
+        mlp._check_config(self)
+
+
+def _check_choice(name: str, value: str, choices: typing.Any) -> None:
+    allowed = typing.get_args(choices)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+
+
+def check_bootstrap(bootstrap: str) -> None:
+    """Raises a clear error unless ``bootstrap`` is a known distribution."""
+    _check_choice("bootstrap", bootstrap, Bootstrap)
+
+
+def check_prior_options(config) -> None:
+    """Checks a config's ``prior_scale``, ``temperature_scaling`` and ``bootstrap``."""
+    if not (isinstance(config.prior_scale, (int, float)) and math.isfinite(config.prior_scale)
+            and config.prior_scale >= 0):
+        raise ValueError(f"prior_scale must be a finite number >= 0, got {config.prior_scale!r}")
+    _check_choice("temperature_scaling", config.temperature_scaling, TemperatureScaling)
+    check_bootstrap(config.bootstrap)
+
+
+def prior_function_scale(
+    prior_scale: float, temperature: jax.Array | float, temperature_scaling: TemperatureScaling
+) -> jax.Array:
+    """The multiplier of the prior function: ``prior_scale / temperature**p``.
+
+    The environment's logits are its network's output divided by the
+    temperature, so ``"linear"`` with ``prior_scale=1`` draws prior logits
+    exactly like the environment's, and ``"sqrt"`` draws them at the
+    geometric mean of that size and the network's own.
+    """
+    temperature = jnp.asarray(temperature, jnp.float32)
+    if temperature_scaling == "linear":
+        return prior_scale / temperature
+    return prior_scale / jnp.sqrt(temperature)
+
+
+def bootstrap_weights(
+    key: jax.Array, bootstrap: Bootstrap, num_members: int, num_train: int
+) -> jax.Array:
+    """Draws the loss weight of each (member, training point), ``[num_members, num_train]``.
+
+    ``"none"``: all ones. ``"exponential"``: i.i.d. Exp(1), the Bayesian
+    bootstrap. ``"bernoulli"``: i.i.d. 2 * Bernoulli(1/2), so each member
+    drops about half of the points and counts the rest twice. All have mean 1.
+    """
+    check_bootstrap(bootstrap)
+    shape = (num_members, num_train)
+    if bootstrap == "exponential":
+        return jax.random.exponential(key, shape, jnp.float32)
+    if bootstrap == "bernoulli":
+        return 2.0 * jax.random.bernoulli(key, 0.5, shape).astype(jnp.float32)
+    return jnp.ones(shape, jnp.float32)
+
+
+class EnsemblePlusState(NamedTuple):
+    """A trained ensemble+ agent."""
+
+    params: networks.MLPParams  # trained members; leaves have a leading [num_ensemble] axis
+    prior_params: networks.MLPParams  # fixed priors, never trained; leading [num_ensemble]
+    prior_scale: jax.Array  # float32 scalar, from prior_function_scale
+
+
+def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) -> base.Agent:
+    """Builds the ensemble+ agent.
+
+    Member ``m`` outputs ``f_m(x) + s * p_m(x)``: ``f_m`` an MLP of widths
+    ``config.hidden`` trained from its own initialisation, ``p_m`` a fixed
+    random MLP drawn like the environment's network (same widths, same
+    initialisation), ``s`` from :func:`prior_function_scale`. The loss is the
+    mean over members and minibatch points of the bootstrap-weighted
+    cross-entropy, plus the ensemble agent's weight decay (on ``f`` only).
+
+    Example:
+      >>> agent = make_ensemble_plus_agent(EnsemblePlusConfig(num_ensemble=10))
+      >>> state = agent.train(jax.random.key(0), data, prior)
+      >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))  # one member
+    """
+
+    def train(
+        key: jax.Array, data: base.Data, prior: base.PriorKnowledge
+    ) -> EnsemblePlusState:
+        keys = ensemble.split_keys(key)
+        num_train = data.x.shape[0]
+        params = ensemble.init_members(
+            keys.init, config.num_ensemble, prior.input_dim, (*config.hidden, prior.num_classes)
+        )
+        prior_params = ensemble.init_members(
+            keys.prior, config.num_ensemble, prior.input_dim,
+            (*prior.env_hidden, prior.num_classes), first_bias_stddev=1.0 / prior.input_dim**0.5,
+        )
+        scale = prior_function_scale(
+            config.prior_scale, prior.temperature, config.temperature_scaling
+        )
+        # The priors are fixed, so their logits at the training inputs are computed once.
+        prior_logits = scale * ensemble.apply_members(prior_params, data.x)  # [num_ensemble, T, K]
+        weights = bootstrap_weights(
+            keys.bootstrap, config.bootstrap, config.num_ensemble, num_train
+        )  # [num_ensemble, T]
+        decay = training.weight_decay_scale(
+            config.l2_weight_decay, prior, config.adaptive_weight_scale, config.num_ensemble
+        )
+        optimizer = optax.chain(
+            optax.add_decayed_weights(2 * decay), optax.adam(config.learning_rate)
+        )
+
+        def loss_fn(params, batch, key):
+            del key  # deterministic networks
+            ids = batch.x  # [batch] ids of the drawn training points
+            logits = ensemble.apply_members(params, data.x[ids]) + prior_logits[:, ids]
+            xent = ensemble.member_cross_entropy(logits, batch.y)  # [num_ensemble, batch]
+            return (weights[:, ids] * xent).mean()
+
+        # Minibatches are drawn over point ids, so that the loss can look up each
+        # drawn point's prior logits and bootstrap weights (same draws as ensemble).
+        point_ids = base.Data(x=jnp.arange(num_train), y=data.y)
+        params, _ = training.train_minibatch(
+            keys.train, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size
+        )
+        return EnsemblePlusState(params=params, prior_params=prior_params, prior_scale=scale)
+
+    def apply(state: EnsemblePlusState, x: jax.Array, index: jax.Array) -> jax.Array:
+        trained = networks.apply_mlp(ensemble.select_member(state.params, index), x)
+        prior_fn = networks.apply_mlp(ensemble.select_member(state.prior_params, index), x)
+        return trained + state.prior_scale * prior_fn
+
+    def sample_index(key: jax.Array) -> jax.Array:
+        return jax.random.randint(key, (), 0, config.num_ensemble)
+
+    return base.Agent(
+        train=train, enn=base.ENN(apply, sample_index, num_indices=config.num_ensemble)
+    )
+
+
+def ensemble_plus_sweep() -> tuple[EnsemblePlusConfig, ...]:
+    """The paper's sweep, one factor at a time around the default (14 distinct configs).
+
+    Size in {1, 3, 10, 30, 100}; bootstrap in {none, bernoulli, exponential};
+    lambda in {0.1, 0.3, 1, 3, 10}; and the paper's prior scales {0,
+    sqrt(temperature), 1}. The paper scales a prior drawn from the generating
+    process, whose logits are the network's output / temperature, so its
+    sqrt(temperature) is ``prior_scale=1, temperature_scaling="sqrt"`` here
+    and its 1 is ``prior_scale=1, temperature_scaling="linear"``. The default
+    config, which every factor contains, is listed once.
+    """
+    default = EnsemblePlusConfig()
+    replace = dataclasses.replace
+    configs = (
+        *(replace(default, num_ensemble=n) for n in (1, 3, 10, 30, 100)),
+        *(replace(default, bootstrap=b) for b in ("none", "bernoulli", "exponential")),
+        *(replace(default, l2_weight_decay=lam) for lam in (0.1, 0.3, 1.0, 3.0, 10.0)),
+        replace(default, prior_scale=0.0),
+        replace(default, prior_scale=1.0, temperature_scaling="sqrt"),
+        replace(default, prior_scale=1.0, temperature_scaling="linear"),
+    )
+    return tuple(dict.fromkeys(configs))
