@@ -6,6 +6,11 @@ from neural_testbed.agents.ensemble_plus import (
     ensemble_plus_sweep,
     make_ensemble_plus_agent,
 )
+from neural_testbed.agents.hypermodel import (
+    HypermodelConfig,
+    hypermodel_sweep,
+    make_hypermodel_agent,
+)
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
 from neural_testbed.agents.registry import (
     AGENTS,
@@ -20,10 +25,13 @@ __all__ = [
     "AgentSpec",
     "EnsembleConfig",
     "EnsemblePlusConfig",
+    "HypermodelConfig",
     "ensemble_plus_sweep",
     "ensemble_sweep",
+    "hypermodel_sweep",
     "make_ensemble_agent",
     "make_ensemble_plus_agent",
+    "make_hypermodel_agent",
     "MLPConfig",
     "get_agent",
     "make_mlp_agent",

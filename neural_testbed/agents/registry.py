@@ -15,7 +15,7 @@ from typing import Any
 
 from neural_testbed import base
 from neural_testbed.agents import mlp
-from neural_testbed.agents import ensemble, ensemble_plus
+from neural_testbed.agents import ensemble, ensemble_plus, hypermodel
 
 __all__ = ["AgentSpec", "AGENTS", "register", "get_agent", "parse_overrides"]
 
@@ -68,6 +68,13 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=ensemble_plus.ensemble_plus_sweep,
         make=ensemble_plus.make_ensemble_plus_agent,
         description="ensemble with randomised prior functions and bootstrap (Osband et al. 2018)",
+    ),
+    "hypermodel": AgentSpec(
+        config_type=hypermodel.HypermodelConfig,
+        default=hypermodel.HypermodelConfig(),
+        sweep=hypermodel.hypermodel_sweep,
+        make=hypermodel.make_hypermodel_agent,
+        description="linear hypermodel with an additive prior hypermodel (Dwaracherla et al. 2020)",
     ),
 }
 

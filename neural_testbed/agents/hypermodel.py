@@ -1,0 +1,253 @@
+"""The hypermodel agent: a linear hypermodel over an MLP, with an additive prior hypermodel.
+
+An ensemble needs one trained network per sample of its belief; a hypermodel
+trains one map from a continuous index ``z`` to network parameters, so it can
+produce as many distinct networks as are asked for. Here the map is linear,
+``theta(z) = a z + b`` with ``z ~ N(0, I_k) / sqrt(k)``, over the parameters
+of an MLP (50, 50). As in ensemble+, a fixed random prior is added to its
+output, here itself a linear hypermodel over a small MLP, so that networks of
+different indices keep disagreeing away from the data. The loss averages the
+cross-entropy over many indices sampled at each step.
+
+References:
+  Dwaracherla, Lu, Ibrahimi, Osband, Wen and Van Roy, "Hypermodels for
+  exploration", ICLR 2020.
+  Osband, Aslanides and Cassirer, "Randomized prior functions for deep
+  reinforcement learning", NeurIPS 2018 (the additive prior).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.scipy.special import log_ndtr
+
+from neural_testbed import base, networks
+from neural_testbed.agents import ensemble_plus, mlp, training
+from neural_testbed.agents.ensemble_plus import Bootstrap, TemperatureScaling
+
+__all__ = [
+    "HypermodelConfig",
+    "HypermodelState",
+    "LinearHypermodel",
+    "init_linear_hypermodel",
+    "generate_params",
+    "sample_index",
+    "bootstrap_weight_fn",
+    "make_hypermodel_agent",
+    "hypermodel_sweep",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class HypermodelConfig:
+    """Hyperparameters of the hypermodel agent (paper defaults)."""
+
+    index_dim: int = 5  # k, the dimension of the index z ~ N(0, I_k) / sqrt(k)
+    num_index_samples: int = 128  # indices drawn at each step; the loss averages over them
+    prior_scale: float = 1.0  # >= 0; the prior hypermodel is scaled by this / temperature**p
+    temperature_scaling: TemperatureScaling = "sqrt"  # p = 1/2 ("sqrt") or 1 ("linear")
+    prior_hidden: tuple[int, ...] = (10,)  # hidden widths of the prior's MLP, ReLU
+    bootstrap: Bootstrap = "none"  # distribution of the per-(point, index) loss weights
+    hidden: tuple[int, ...] = (50, 50)  # hidden widths of the generated MLP, ReLU
+    learning_rate: float = 1e-3  # Adam step size
+    num_steps: int = 2000  # Adam steps
+    batch_size: int = 100  # minibatch size, drawn with replacement from the T pairs
+    l2_weight_decay: float = 1.0  # lambda; loss += lambda / T * |a, b|^2
+    adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
+
+    def __post_init__(self):
+        for name in ("index_dim", "num_index_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if any(w < 1 for w in self.prior_hidden):
+            raise ValueError(f"prior_hidden widths must be >= 1, got {self.prior_hidden!r}")
+        ensemble_plus.check_prior_options(self)
+        mlp._check_config(self)
+
+
+class LinearHypermodel(NamedTuple):
+    """MLP parameters as a linear function of the index: ``theta(z) = a z + b``."""
+
+    a: networks.MLPParams  # each leaf: the MLP leaf's shape + [index_dim]
+    b: networks.MLPParams  # each leaf: the MLP leaf's shape
+
+
+class HypermodelState(NamedTuple):
+    """A trained hypermodel agent."""
+
+    params: LinearHypermodel  # trained, over an MLP of widths (*hidden, K)
+    prior_params: LinearHypermodel  # fixed, never trained, over (*prior_hidden, K)
+    prior_scale: jax.Array  # float32 scalar, from ensemble_plus.prior_function_scale
+
+
+def init_linear_hypermodel(
+    key: jax.Array,
+    input_dim: int,
+    layer_sizes: Sequence[int],
+    index_dim: int,
+    first_bias_stddev: float = 0.0,
+) -> LinearHypermodel:
+    """Draws a linear hypermodel whose networks start like :func:`networks.init_mlp`'s.
+
+    The ``index_dim`` columns of ``a`` are independent ``init_mlp`` draws and
+    ``b = 0``, so since ``E|z|^2 = 1`` every generated parameter has the
+    variance ``init_mlp`` gives it, and different indices give different
+    networks from the start.
+    """
+    a = jax.vmap(
+        lambda k: networks.init_mlp(k, input_dim, layer_sizes, first_bias_stddev), out_axes=-1
+    )(jax.random.split(key, index_dim))
+    b = jax.tree.map(lambda leaf: jnp.zeros(leaf.shape[:-1], leaf.dtype), a)
+    return LinearHypermodel(a=a, b=b)
+
+
+def generate_params(hypermodel: LinearHypermodel, z: jax.Array) -> networks.MLPParams:
+    """The MLP parameters ``a z + b`` of index ``z [index_dim]``."""
+    return jax.tree.map(lambda a, b: a @ z + b, hypermodel.a, hypermodel.b)
+
+
+def _apply(hypermodel: LinearHypermodel, x: jax.Array, z: jax.Array) -> jax.Array:
+    return networks.apply_mlp(generate_params(hypermodel, z), x)
+
+
+def sample_index(key: jax.Array, index_dim: int) -> jax.Array:
+    """An index ``z ~ N(0, I_k) / sqrt(k)``, ``[index_dim]`` float32."""
+    return jax.random.normal(key, (index_dim,)) / jnp.sqrt(index_dim)
+
+
+def bootstrap_weight_fn(
+    key: jax.Array, bootstrap: Bootstrap, num_train: int, index_dim: int
+) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """The loss weights of training points for a continuous index.
+
+    Each training point ``i`` gets a fixed random unit vector ``u_i`` drawn
+    from ``key``; for an index ``z``, ``g = sqrt(k) u_i . z`` is exactly
+    ``N(0, 1)``, and the weight is ``1 + sign(g)`` (``"bernoulli"``: 0 or 2
+    with probability 1/2 each) or ``-log Phi(g)`` (``"exponential"``: Exp(1),
+    since ``Phi(g)`` is uniform), or 1 (``"none"``). The weights are a
+    function of ``z``, so one index always sees the same reweighting of the
+    data, as an ensemble member does. (The reference testbed builds its
+    weights from random directions in the same way.)
+
+    Returns:
+      ``weights(z [index_dim], ids [n] int) -> [n]``, the weights of the
+      training points ``ids`` for index ``z``.
+    """
+    ensemble_plus.check_bootstrap(bootstrap)
+    if bootstrap == "none":
+        return lambda z, ids: jnp.ones(ids.shape, jnp.float32)
+    directions = jax.random.normal(key, (num_train, index_dim))
+    directions = directions / jnp.linalg.norm(directions, axis=-1, keepdims=True)  # [T, k]
+
+    def weights(z: jax.Array, ids: jax.Array) -> jax.Array:
+        g = jnp.sqrt(index_dim) * directions[ids] @ z  # [n], each N(0, 1) over z
+        if bootstrap == "bernoulli":
+            return 2.0 * (g > 0).astype(jnp.float32)
+        return -log_ndtr(g)
+
+    return weights
+
+
+def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base.Agent:
+    """Builds the hypermodel agent.
+
+    Index ``z`` gives ``f(x; a z + b) + s * f_prior(x; a' z)``, where ``a, b``
+    are trained, ``a'`` is a fixed random draw (first-layer bias scaled like
+    the environment's), and ``s`` is from
+    :func:`ensemble_plus.prior_function_scale`. At each step the loss is the
+    bootstrap-weighted cross-entropy averaged over the minibatch and over
+    ``num_index_samples`` fresh indices, plus ``lambda / T`` weight decay on
+    ``a, b`` (times ``d * sqrt(temperature)`` if adaptive).
+
+    Example:
+      >>> agent = make_hypermodel_agent(HypermodelConfig(index_dim=3))
+      >>> state = agent.train(jax.random.key(0), data, prior)
+      >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))
+    """
+    index_dim = config.index_dim
+
+    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> HypermodelState:
+        init_key, train_key, prior_key, bootstrap_key = jax.random.split(key, 4)
+        num_train = data.x.shape[0]
+        params = init_linear_hypermodel(
+            init_key, prior.input_dim, (*config.hidden, prior.num_classes), index_dim
+        )
+        prior_params = init_linear_hypermodel(
+            prior_key, prior.input_dim, (*config.prior_hidden, prior.num_classes), index_dim,
+            first_bias_stddev=1.0 / prior.input_dim**0.5,
+        )
+        scale = ensemble_plus.prior_function_scale(
+            config.prior_scale, prior.temperature, config.temperature_scaling
+        )
+        weight_fn = bootstrap_weight_fn(bootstrap_key, config.bootstrap, num_train, index_dim)
+        decay = training.weight_decay_scale(
+            config.l2_weight_decay, prior, config.adaptive_weight_scale
+        )
+        optimizer = optax.chain(
+            optax.add_decayed_weights(2 * decay), optax.adam(config.learning_rate)
+        )
+
+        def loss_fn(params, batch, key):
+            ids = batch.x  # [batch] ids of the drawn training points
+            x = data.x[ids]  # [batch, d]
+            # Indices drawn like sample_index's, in one call (quicker to compile than a vmap).
+            zs = jax.random.normal(key, (config.num_index_samples, index_dim)) / jnp.sqrt(index_dim)
+
+            def index_loss(z):
+                logits = _apply(params, x, z) + scale * _apply(prior_params, x, z)
+                xent = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y)
+                return (weight_fn(z, ids) * xent).mean()
+
+            return jax.vmap(index_loss)(zs).mean()
+
+        # Minibatches are drawn over point ids so that the loss can look up the
+        # drawn points' bootstrap weights.
+        point_ids = base.Data(x=jnp.arange(num_train), y=data.y)
+        params, _ = training.train_minibatch(
+            train_key, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size
+        )
+        return HypermodelState(params=params, prior_params=prior_params, prior_scale=scale)
+
+    def apply(state: HypermodelState, x: jax.Array, z: jax.Array) -> jax.Array:
+        return _apply(state.params, x, z) + state.prior_scale * _apply(state.prior_params, x, z)
+
+    return base.Agent(
+        train=train,
+        enn=base.ENN(apply, lambda key: sample_index(key, index_dim), num_indices=None),
+    )
+
+
+def hypermodel_sweep() -> tuple[HypermodelConfig, ...]:
+    """The paper's sweep, around the default (19 distinct configs).
+
+    Index dim in {1, 3, 5, 7}; lambda in {0.1, 0.3, 1, 3, 10}; bootstrap in
+    {none, bernoulli, exponential}; prior scale {0, 1} x prior hidden {(10,),
+    (10, 10)} x lambda {1, 2} x temperature scaling {linear, sqrt}. With prior
+    scale 0 the prior's widths and scaling change nothing, so those grid
+    points are listed once per lambda; the default is listed once.
+    """
+    default = HypermodelConfig()
+    replace = dataclasses.replace
+    priors = (
+        replace(default, prior_scale=scale, prior_hidden=hidden, l2_weight_decay=lam,
+                temperature_scaling=scaling)
+        if scale else replace(default, prior_scale=0.0, l2_weight_decay=lam)
+        for scale, hidden, lam, scaling in itertools.product(
+            (0.0, 1.0), ((10,), (10, 10)), (1.0, 2.0), ("linear", "sqrt")
+        )
+    )
+    configs = (
+        *(replace(default, index_dim=k) for k in (1, 3, 5, 7)),
+        *(replace(default, l2_weight_decay=lam) for lam in (0.1, 0.3, 1.0, 3.0, 10.0)),
+        *(replace(default, bootstrap=b) for b in ("none", "bernoulli", "exponential")),
+        *priors,
+    )
+    return tuple(dict.fromkeys(configs))
