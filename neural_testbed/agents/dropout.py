@@ -1,0 +1,180 @@
+"""MC dropout: an MLP trained with dropout that keeps dropping units when it samples.
+
+Gal & Ghahramani showed that training a network with dropout and L2 weight
+decay fits a variational approximation to the posterior of a Bayesian neural
+network: a draw from that approximation is the network with a fresh random
+dropout mask. So one posterior sample here is one *whole* network: the ENN
+index is the key of its dropout masks, and a call applies the same masks to
+every input, so that the tau inputs of a joint prediction see one network.
+Training uses the usual independent mask per example (the Monte Carlo
+estimate of the variational objective, one mask sample per data point).
+
+Weight decay follows Gal's formula ``l^2 (1 - p) / (2 T)`` for a prior length
+scale ``l``, or, with ``adaptive_weight_scale`` (the testbed's default),
+``l * d * sqrt(temperature) / T`` as for the mlp agent.
+
+Reference:
+  Y. Gal and Z. Ghahramani, "Dropout as a Bayesian approximation:
+  Representing model uncertainty in deep learning", ICML 2016.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from neural_testbed import base, networks
+from neural_testbed.agents import training
+
+__all__ = ["DropoutConfig", "make_dropout_agent", "dropout_sweep"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DropoutConfig:
+    """Hyperparameters of the MC dropout agent (reference defaults)."""
+
+    dropout_rate: float = 0.1  # p, probability that a unit is dropped, in [0, 1)
+    dropout_input: bool = False  # also drop input features (with the same p)
+    length_scale: float = 1.0  # l, the prior length scale in the weight decay, > 0
+    adaptive_weight_scale: bool = True  # decay l*d*sqrt(temperature)/T, else l^2 (1-p)/(2T)
+    hidden: tuple[int, ...] = (50, 50)  # hidden layer widths, ReLU, dropout after each
+    learning_rate: float = 1e-3  # Adam step size
+    num_steps: int = 1000  # Adam steps
+    batch_size: int = 100  # minibatch size, drawn with replacement from the T pairs
+
+    def __post_init__(self):
+        if not 0 <= self.dropout_rate < 1:
+            raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate!r}")
+        if not self.length_scale > 0:
+            raise ValueError(f"length_scale must be > 0, got {self.length_scale!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        for name in ("num_steps", "batch_size"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value!r}")
+        if not self.hidden or any(w < 1 for w in self.hidden):
+            raise ValueError(f"hidden must be one or more widths >= 1, got {self.hidden!r}")
+
+
+def _draw_masks(
+    key: jax.Array,
+    params: networks.MLPParams,
+    rate: float,
+    dropout_input: bool,
+    batch_shape: tuple[int, ...],
+) -> list[jax.Array | None]:
+    """Inverted-dropout masks for the input of each layer: 0 with probability
+    ``rate``, else ``1 / (1 - rate)``.
+
+    Entry ``i`` is ``[*batch_shape, fan_in of layer i]``, or None for the input
+    layer when ``dropout_input`` is off.
+    """
+    keys = jax.random.split(key, len(params))
+    masks = []
+    for i, (k, layer) in enumerate(zip(keys, params)):
+        if i == 0 and not dropout_input:
+            masks.append(None)
+            continue
+        keep = jax.random.bernoulli(k, 1.0 - rate, (*batch_shape, layer["w"].shape[0]))
+        masks.append(keep / (1.0 - rate))
+    return masks
+
+
+def _apply_with_masks(
+    params: networks.MLPParams, x: jax.Array, masks: Sequence[jax.Array | None]
+) -> jax.Array:
+    """The ReLU MLP with ``masks[i]`` multiplying the input of layer ``i`` (None: no dropout).
+
+    ``x`` is ``[n, input_dim]``; a mask is ``[width]`` (one network for all
+    inputs) or ``[n, width]`` (one mask per input).
+    """
+    for i, layer in enumerate(params):
+        if masks[i] is not None:
+            x = x * masks[i]
+        x = x @ layer["w"] + layer["b"]
+        if i < len(params) - 1:
+            x = jax.nn.relu(x)
+    return x  # [n, num_classes]
+
+
+def _weight_decay(config: DropoutConfig, prior: base.PriorKnowledge) -> jax.Array:
+    """The L2 scale s (loss += s |params|^2): Gal's ``l^2 (1 - p) / (2 T)``, or
+    ``l * d * sqrt(temperature) / T`` when ``adaptive_weight_scale``."""
+    if config.adaptive_weight_scale:
+        return training.weight_decay_scale(config.length_scale, prior, True)
+    gal = config.length_scale**2 * (1.0 - config.dropout_rate) / 2.0
+    return training.weight_decay_scale(gal, prior, False)
+
+
+def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
+    """Builds the MC dropout agent.
+
+    Example:
+      >>> agent = make_dropout_agent(DropoutConfig(dropout_rate=0.2))
+      >>> state = agent.train(jax.random.key(0), data, prior)
+      >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(jax.random.key(1)))
+
+    References:
+      Gal & Ghahramani, "Dropout as a Bayesian approximation", ICML 2016.
+    """
+
+    def masks_for(params, key, batch_shape):
+        return _draw_masks(key, params, config.dropout_rate, config.dropout_input, batch_shape)
+
+    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge):
+        init_key, train_key = jax.random.split(key)
+        # A nonzero first-layer bias, like the reference's dropout network.
+        params = networks.init_mlp(
+            init_key, prior.input_dim, (*config.hidden, prior.num_classes),
+            first_bias_stddev=1.0 / prior.input_dim**0.5,
+        )
+        scale = _weight_decay(config, prior)
+        # add_decayed_weights(2 s) before Adam = the gradient of s |params|^2 (coupled L2).
+        optimizer = optax.chain(
+            optax.add_decayed_weights(2 * scale), optax.adam(config.learning_rate)
+        )
+
+        def loss_fn(params, batch, key):
+            masks = masks_for(params, key, (batch.x.shape[0],))  # one mask per example
+            logits = _apply_with_masks(params, batch.x, masks)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
+
+        params, _ = training.train_minibatch(
+            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size
+        )
+        return params
+
+    def apply(params, x, index):
+        return _apply_with_masks(params, x, masks_for(params, index, ()))
+
+    def sample_index(key):
+        return key  # the key of one network's dropout masks
+
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None))
+
+
+def dropout_sweep() -> tuple[DropoutConfig, ...]:
+    """The paper's sweep: 33 distinct configs.
+
+    p in {0, 0.1, ..., 0.9} x input dropout {yes, no}; adaptive decay {yes, no}
+    x length scale {0.01, 0.1, 0.3, 1, 3, 10}; hidden {(50, 50), (100, 100),
+    (50, 50, 50)}; every other field at its default. A config that two grids
+    share (the default) appears once.
+    """
+    rates = tuple(round(0.1 * i, 1) for i in range(10))
+    by_rate = tuple(
+        DropoutConfig(dropout_rate=p, dropout_input=drop_input)
+        for p, drop_input in itertools.product(rates, (True, False))
+    )
+    by_decay = tuple(
+        DropoutConfig(adaptive_weight_scale=adaptive, length_scale=l)
+        for adaptive, l in itertools.product((True, False), (0.01, 0.1, 0.3, 1.0, 3.0, 10.0))
+    )
+    by_network = tuple(DropoutConfig(hidden=h) for h in ((50, 50), (100, 100), (50, 50, 50)))
+    return tuple(dict.fromkeys(by_rate + by_decay + by_network))

@@ -1,0 +1,156 @@
+"""The MC dropout agent: contract, determinism, masks, weight decay, configs and sweep."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from neural_testbed import agents, base, leaderboard
+from neural_testbed.agents import dropout
+from neural_testbed.likelihood import kl
+
+PAPER = leaderboard.get_sweep("paper")
+# temperature 0.1, T = 10, seed 0
+PROBLEM = next(p for p in PAPER.values()
+               if p.temperature == 0.1 and p.num_train == 10 and p.seed == 0)
+SMALL = dropout.DropoutConfig(dropout_rate=0.3, num_steps=100)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    env, data = leaderboard.load_problem(PROBLEM)
+    prior = leaderboard.prior_knowledge(PROBLEM)
+    agent = dropout.make_dropout_agent(SMALL)
+    train = jax.jit(agent.train)
+    return agent, env, data, prior, train(jax.random.key(0), data, prior), train
+
+
+def test_logits_have_the_right_shape_and_dtype_for_any_batch(trained):
+    agent, _, _, _, params, _ = trained
+    apply = jax.jit(agent.enn.apply)
+    for n in (1, 7, 64):
+        x = jax.random.normal(jax.random.key(n), (n, 2))
+        logits = apply(params, x, agent.enn.sample_index(jax.random.key(n + 1)))
+        assert logits.shape == (n, 2) and logits.dtype == jnp.float32
+        assert np.all(np.isfinite(logits))
+    assert agent.enn.num_indices is None  # the index is a key: every draw is a new network
+
+
+def test_same_seed_same_samples(trained):
+    agent, _, data, prior, params, train = trained
+    again = train(jax.random.key(0), data, prior)
+    x = jax.random.normal(jax.random.key(2), (9, 2))
+    for i in range(3):
+        index = agent.enn.sample_index(jax.random.key(i))
+        np.testing.assert_array_equal(agent.enn.apply(params, x, index),
+                                      agent.enn.apply(again, x, index))
+
+
+def test_different_indices_are_different_networks(trained):
+    agent, _, _, _, params, _ = trained
+    x = jax.random.normal(jax.random.key(3), (50, 2))
+    logits = [np.asarray(agent.enn.apply(params, x, agent.enn.sample_index(jax.random.key(i))))
+              for i in range(8)]
+    for i in range(len(logits)):
+        for j in range(i):
+            assert np.abs(logits[i] - logits[j]).max() > 1e-3, (i, j)
+
+
+def test_one_index_is_one_network_for_every_input(trained):
+    """The masks do not depend on the batch: inputs give the same logits alone or together,
+    so a joint prediction over tau inputs comes from one sampled network."""
+    agent, _, _, _, params, _ = trained
+    x = jax.random.normal(jax.random.key(4), (6, 2))
+    index = agent.enn.sample_index(jax.random.key(5))
+    together = agent.enn.apply(params, x, index)
+    alone = jnp.concatenate([agent.enn.apply(params, x[i:i + 1], index) for i in range(6)])
+    np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5)
+
+
+def test_zero_dropout_gives_the_same_network_for_every_index():
+    _, data = leaderboard.load_problem(PROBLEM)
+    prior = leaderboard.prior_knowledge(PROBLEM)
+    agent = dropout.make_dropout_agent(
+        dropout.DropoutConfig(dropout_rate=0.0, dropout_input=True, num_steps=20))
+    params = jax.jit(agent.train)(jax.random.key(0), data, prior)
+    x = jax.random.normal(jax.random.key(1), (20, 2))
+    first = agent.enn.apply(params, x, agent.enn.sample_index(jax.random.key(0)))
+    for i in range(1, 6):
+        np.testing.assert_array_equal(
+            agent.enn.apply(params, x, agent.enn.sample_index(jax.random.key(i))), first)
+
+
+def test_masks_drop_a_fraction_p_and_keep_the_mean():
+    """Over 100 x 50 Bernoulli draws the dropped fraction is p within 4 binomial standard
+    errors, and kept units are scaled by 1 / (1 - p) (inverted dropout)."""
+    p, n = 0.3, 100
+    params = [{"w": jnp.zeros((2, 50))}, {"w": jnp.zeros((50, 3))}]
+    masks = dropout._draw_masks(jax.random.key(0), params, p, True, (n,))
+    assert masks[0].shape == (n, 2) and masks[1].shape == (n, 50)
+    hidden = np.asarray(masks[1])
+    assert set(np.unique(hidden)) <= {0.0, np.float32(1 / (1 - p))}
+    dropped = np.mean(hidden == 0)
+    assert abs(dropped - p) < 4 * np.sqrt(p * (1 - p) / hidden.size), dropped
+    assert dropout._draw_masks(jax.random.key(0), params, p, False, ())[0] is None
+
+
+@pytest.mark.parametrize("temperature", [0.01, 0.5])
+def test_weight_decay_follows_gal_or_the_adaptive_formula(temperature):
+    prior = base.PriorKnowledge(input_dim=3, num_classes=2, num_train=40, env_hidden=(50, 50),
+                                temperature=temperature)
+    gal = dropout.DropoutConfig(dropout_rate=0.2, length_scale=3.0, adaptive_weight_scale=False)
+    np.testing.assert_allclose(dropout._weight_decay(gal, prior), 3.0**2 * 0.8 / (2 * 40))
+    adaptive = dataclasses.replace(gal, adaptive_weight_scale=True)
+    np.testing.assert_allclose(dropout._weight_decay(adaptive, prior),
+                               3.0 * 3 * np.sqrt(temperature) / 40, rtol=1e-6)
+
+
+def test_trains_under_vmap_with_traced_temperature_and_evaluates():
+    """As the runner does: a batch of problems trained with jit(vmap(train)), then evaluated."""
+    group = [p for p in PAPER.values() if p.num_train == 10 and p.seed == 0]  # 3 temperatures
+    loaded = [leaderboard.load_problem(p) for p in group]
+    data = jax.tree.map(lambda *xs: jnp.stack(xs), *[d for _, d in loaded])
+    prior = base.PriorKnowledge(input_dim=2, num_classes=2, num_train=10, env_hidden=(50, 50),
+                                temperature=jnp.array([p.temperature for p in group]))
+    agent = dropout.make_dropout_agent(SMALL)
+    params = jax.jit(jax.vmap(agent.train))(jax.random.split(jax.random.key(0), 3), data, prior)
+    assert params[0]["w"].shape == (3, 2, 50)
+    evaluate = jax.jit(kl.make_evaluator(agent.enn, tau=10, num_classes=2, num_test=20,
+                                         num_samples=50))
+    one = jax.tree.map(lambda a: a[0], params)
+    result = evaluate(jax.random.key(1), one, loaded[0][0])
+    assert np.isfinite(result.kl) and bool(result.logits_finite)
+
+
+def test_sweep_is_the_papers_grid():
+    sweep = agents.dropout_sweep()
+    assert len(sweep) == len(set(sweep)) == 33
+    assert {(c.dropout_rate, c.dropout_input) for c in sweep} >= {
+        (round(0.1 * i, 1), flag) for i in range(10) for flag in (True, False)}
+    assert {(c.adaptive_weight_scale, c.length_scale) for c in sweep} >= {
+        (a, l) for a in (True, False) for l in (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)}
+    assert {c.hidden for c in sweep} == {(50, 50), (100, 100), (50, 50, 50)}
+
+
+def test_registered_and_settable_from_the_command_line():
+    spec = agents.get_agent("dropout")
+    assert spec.default == dropout.DropoutConfig()
+    config = agents.parse_overrides(spec, ["dropout_rate=0.2", "dropout_input=true"])
+    assert config == dataclasses.replace(spec.default, dropout_rate=0.2, dropout_input=True)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [("dropout_rate", 1.0, r"dropout_rate must be in \[0, 1\), got 1.0"),
+     ("dropout_rate", -0.1, r"dropout_rate must be in \[0, 1\), got -0.1"),
+     ("length_scale", 0.0, "length_scale must be > 0, got 0.0"),
+     ("learning_rate", -1.0, "learning_rate must be > 0"),
+     ("num_steps", 0, "num_steps must be >= 1, got 0"),
+     ("batch_size", 0, "batch_size must be >= 1, got 0"),
+     ("hidden", (), "hidden must be one or more widths")],
+)
+def test_bad_configs_are_rejected(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        dropout.DropoutConfig(**{field: value})
