@@ -1,0 +1,264 @@
+"""SG-MCMC: stochastic gradient Langevin dynamics, with or without momentum.
+
+Welling & Teh's SGLD turns minibatch gradient descent into a Markov chain
+whose stationary distribution approaches the posterior as the step size
+shrinks, by adding Gaussian noise of the right scale to each step. With
+momentum (Chen et al.'s stochastic gradient Hamiltonian Monte Carlo, with
+friction ``1 - momentum``) the chain moves further per step. The agent runs
+one chain on the MLP (50, 50), discards a burn-in, keeps a snapshot of the
+parameters every ``snapshot_every`` steps and uses the snapshots as an
+ensemble: the ENN index is a snapshot id.
+
+The chain targets the posterior of the whole training set of T pairs:
+
+    log pi(theta) = (T / |B|) sum_{i in B} log p(y_i | x_i, theta)  -  |theta|^2 / (2 sigma^2)
+
+where the first term is the minibatch estimate of the full log-likelihood
+(the whole set when T <= batch_size, so then the gradient is exact), and the
+Gaussian prior's variance on every weight and bias is
+``sigma^2 = prior_variance / (2 d temperature)``. Equivalently the per-pair
+loss is the mean cross-entropy plus an L2 term
+``temperature * d / (prior_variance * T) * |theta|^2``.
+
+The chain is one compiled ``lax.scan``: an outer scan over snapshots whose
+body is an inner scan of ``snapshot_every`` steps, so only the snapshots are
+stored, never the 500,000 steps.
+
+References:
+  M. Welling and Y. W. Teh, "Bayesian learning via stochastic gradient
+  Langevin dynamics", ICML 2011.
+  T. Chen, E. Fox and C. Guestrin, "Stochastic gradient Hamiltonian Monte
+  Carlo", ICML 2014.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import optax
+
+from neural_testbed import base, networks
+from neural_testbed.agents import _threefry
+
+__all__ = ["SGMCMCConfig", "sgld", "run_chain", "make_sgmcmc_agent", "sgmcmc_sweep"]
+
+Params = Any
+# (params, batch) -> the mean negative log-likelihood of the batch's pairs.
+MeanLossFn = Callable[[Params, base.Data], jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class SGMCMCConfig:
+    """Hyperparameters of the SG-MCMC agent (reference defaults)."""
+
+    learning_rate: float = 1e-4  # eta, constant step size on the per-pair mean loss
+    prior_variance: float = 0.1  # lambda: L2 = temperature * d / (lambda * T), see module doc
+    momentum: float = 0.9  # in [0, 1); 0 = plain SGLD, else SGHMC with friction 1 - momentum
+    hidden: tuple[int, ...] = (50, 50)  # hidden layer widths, ReLU
+    num_steps: int = 500_000  # chain length, burn-in included
+    burn_in: int = 100_000  # steps discarded before the first snapshot
+    snapshot_every: int = 1000  # steps between snapshots; (num_steps - burn_in) / this snapshots
+    batch_size: int = 100  # minibatch size, drawn with replacement; all T pairs if T <= this
+
+    def __post_init__(self):
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if not self.prior_variance > 0:
+            raise ValueError(f"prior_variance must be > 0, got {self.prior_variance!r}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        if not self.hidden or any(w < 1 for w in self.hidden):
+            raise ValueError(f"hidden must be one or more widths >= 1, got {self.hidden!r}")
+        _check_chain_lengths(self.num_steps, self.burn_in, self.snapshot_every)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size!r}")
+
+    @property
+    def num_snapshots(self) -> int:
+        """The size of the agent's ensemble."""
+        return (self.num_steps - self.burn_in) // self.snapshot_every
+
+
+def _check_chain_lengths(num_steps: int, burn_in: int, snapshot_every: int) -> None:
+    """Rejects chain lengths that keep no snapshot or do not split into whole chunks."""
+    if snapshot_every < 1:
+        raise ValueError(f"snapshot_every must be >= 1, got {snapshot_every!r}")
+    if burn_in < 0:
+        raise ValueError(f"burn_in must be >= 0, got {burn_in!r}")
+    if burn_in >= num_steps:
+        raise ValueError(
+            f"burn_in ({burn_in!r}) must be smaller than num_steps ({num_steps!r}), "
+            "or no snapshot is kept"
+        )
+    for name, value in (("num_steps", num_steps), ("burn_in", burn_in)):
+        if value % snapshot_every:
+            raise ValueError(
+                f"{name} ({value!r}) must be a multiple of snapshot_every ({snapshot_every!r})"
+            )
+
+
+def sgld(
+    key: jax.Array, learning_rate: float, num_train: int, momentum: float = 0.0
+) -> optax.GradientTransformation:
+    """SGLD (momentum 0) or SGHMC (momentum > 0) as an optax gradient transformation.
+
+    It takes gradients ``g`` of a *per-pair* potential ``U`` (mean minibatch
+    loss plus the prior's L2 term, so that ``T * U`` is the full-data negative
+    log-posterior) and returns the updates
+
+        u_t = momentum * u_{t-1} - learning_rate * g_t + sigma * xi_t,
+        sigma^2 = 2 (1 - momentum) learning_rate / T,
+
+    ``xi_t ~ N(0, I)``. With momentum 0 this is Langevin dynamics with step
+    ``eps = learning_rate / T`` on ``T * U``; otherwise it is SGHMC with
+    friction ``1 - momentum`` and the same ``eps``. Either way, for small
+    steps, the parameters are distributed as ``exp(-T U)``, the posterior of
+    the full training set.
+
+    It is the step size, then the Langevin noise (:func:`optax.add_noise` with
+    a constant variance; its state carries the PRNG key, split at each update),
+    then the momentum (:func:`optax.trace`). A threefry key is re-typed to the
+    same stream with an unrolled hash, which draws the noise several times
+    faster on CPU (see ``_threefry``).
+
+    Args:
+      key: typed PRNG key of the Langevin noise.
+      learning_rate: the step size on the per-pair potential, > 0.
+      num_train: T, the number of training pairs the potential averages over.
+      momentum: in [0, 1).
+
+    Returns:
+      An :class:`optax.GradientTransformation`.
+
+    Example:
+      >>> optimizer = optax.chain(optax.add_decayed_weights(2 * l2), sgld(key, 1e-4, 100))
+    """
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+    noise_variance = 2.0 * (1.0 - momentum) * learning_rate / num_train
+    noise = optax.add_noise(noise_variance, 0.0, _threefry.fast_key(key))
+    parts = [optax.scale(-learning_rate), noise]
+    if momentum > 0:
+        parts.append(optax.trace(decay=momentum))
+    return optax.chain(*parts)
+
+
+def run_chain(
+    key: jax.Array,
+    loss_fn: MeanLossFn,
+    params: Params,
+    data: base.Data,
+    optimizer: optax.GradientTransformation,
+    *,
+    num_steps: int,
+    burn_in: int,
+    snapshot_every: int,
+    batch_size: int,
+) -> Params:
+    """Runs an SG-MCMC chain and returns its snapshots after burn-in.
+
+    One ``lax.scan`` over ``num_steps / snapshot_every`` chunks, each an inner
+    scan of ``snapshot_every`` optimizer steps that ends with a snapshot; the
+    first ``burn_in / snapshot_every`` snapshots are dropped. Each step draws
+    ``batch_size`` pairs with replacement from its own key, or uses all T pairs
+    when T <= ``batch_size`` (an exact gradient).
+
+    Args:
+      key: PRNG key of the minibatches.
+      loss_fn: ``(params, batch) -> mean loss`` over the batch's pairs.
+      params: the chain's starting point.
+      data: the T training pairs.
+      optimizer: e.g. ``chain(add_decayed_weights(2 * l2), sgld(...))``.
+      num_steps, burn_in, snapshot_every: multiples of ``snapshot_every``,
+        ``burn_in < num_steps``.
+      batch_size: pairs per step.
+
+    Returns:
+      The snapshots: ``params``' tree, each leaf with a leading
+      ``[(num_steps - burn_in) / snapshot_every]`` axis.
+    """
+    _check_chain_lengths(num_steps, burn_in, snapshot_every)
+    num_train = data.x.shape[0]
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        if num_train <= batch_size:
+            batch = data
+        else:
+            idx = jax.random.randint(step_key, (batch_size,), 0, num_train)
+            batch = base.Data(x=data.x[idx], y=data.y[idx])
+        grads = jax.grad(loss_fn)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), None
+
+    def chunk(carry, chunk_key):
+        carry, _ = jax.lax.scan(step, carry, jax.random.split(chunk_key, snapshot_every))
+        return carry, carry[0]
+
+    num_chunks = num_steps // snapshot_every
+    chunk_keys = jax.random.split(_threefry.fast_key(key), num_chunks)
+    _, snapshots = jax.lax.scan(chunk, (params, optimizer.init(params)), chunk_keys)
+    return jax.tree.map(lambda s: s[burn_in // snapshot_every:], snapshots)
+
+
+def _l2_scale(config: SGMCMCConfig, prior: base.PriorKnowledge) -> jax.Array:
+    """The prior's L2 term on the per-pair loss: ``temperature * d / (prior_variance * T)``,
+    i.e. a Gaussian prior of variance ``prior_variance / (2 d temperature)`` on every weight."""
+    return prior.temperature * prior.input_dim / (config.prior_variance * prior.num_train)
+
+
+def make_sgmcmc_agent(config: SGMCMCConfig = SGMCMCConfig()) -> base.Agent:
+    """Builds the SG-MCMC agent; its state is the snapshots, its index a snapshot id.
+
+    Example:
+      >>> agent = make_sgmcmc_agent(SGMCMCConfig(momentum=0.0, learning_rate=1e-3))
+      >>> snapshots = agent.train(jax.random.key(0), data, prior)
+      >>> logits = agent.enn.apply(snapshots, x, agent.enn.sample_index(jax.random.key(1)))
+
+    References:
+      Welling & Teh, ICML 2011; Chen, Fox & Guestrin, ICML 2014.
+    """
+    num_snapshots = config.num_snapshots
+
+    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge):
+        init_key, noise_key, chain_key = jax.random.split(key, 3)
+        params = networks.init_mlp(init_key, prior.input_dim, (*config.hidden, prior.num_classes))
+        # add_decayed_weights(2 l2) adds the gradient of l2 |theta|^2: the Gaussian prior.
+        optimizer = optax.chain(
+            optax.add_decayed_weights(2 * _l2_scale(config, prior)),
+            sgld(noise_key, config.learning_rate, prior.num_train, config.momentum),
+        )
+
+        def loss_fn(params, batch):
+            logits = networks.apply_mlp(params, batch.x)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
+
+        return run_chain(
+            chain_key, loss_fn, params, data, optimizer,
+            num_steps=config.num_steps, burn_in=config.burn_in,
+            snapshot_every=config.snapshot_every, batch_size=config.batch_size,
+        )  # leaves [num_snapshots, ...]
+
+    def apply(snapshots, x, index):
+        return networks.apply_mlp(jax.tree.map(lambda s: s[index], snapshots), x)
+
+    def sample_index(key):
+        return jax.random.randint(key, (), 0, num_snapshots)
+
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=num_snapshots))
+
+
+def sgmcmc_sweep() -> tuple[SGMCMCConfig, ...]:
+    """The paper's sweep (42 configs): learning rate {1e-5, 5e-5, 1e-4, 5e-4,
+    1e-3, 5e-3, 1e-2} x prior_variance {0.01, 0.1, 0.5} x momentum {0, 0.9}."""
+    learning_rates = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2)
+    return tuple(
+        SGMCMCConfig(learning_rate=lr, prior_variance=lam, momentum=m)
+        for m, lr, lam in itertools.product((0.0, 0.9), learning_rates, (0.01, 0.1, 0.5))
+    )

@@ -1,0 +1,287 @@
+"""The SG-MCMC agent: the Langevin transformation, the chain against a known posterior,
+the agent's contract and snapshots, configs and sweep."""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from neural_testbed import agents, base, leaderboard
+from neural_testbed.agents import _threefry, sgmcmc
+from neural_testbed.likelihood import kl
+
+PAPER = leaderboard.get_sweep("paper")
+# temperature 0.1, T = 10, seed 0
+PROBLEM = next(p for p in PAPER.values()
+               if p.temperature == 0.1 and p.num_train == 10 and p.seed == 0)
+SMALL = sgmcmc.SGMCMCConfig(learning_rate=1e-3, num_steps=3000, burn_in=1000,
+                            snapshot_every=200)  # 10 snapshots
+
+
+def _effective_sample_size(chains: np.ndarray) -> float:
+    """ESS of draws ``[num_chains, num_draws]`` of one scalar: ``num_chains * num_draws / tau``.
+
+    tau = 1 + 2 sum_k rho_k is the integrated autocorrelation time, rho_k the lag-k
+    autocorrelation averaged over the chains, summed until it first drops below 0
+    (the initial positive sequence).
+    """
+    x = chains - chains.mean(axis=1, keepdims=True)
+    num_draws = x.shape[1]
+    variance = np.mean(x**2)
+    tau = 1.0
+    for lag in range(1, num_draws):
+        rho = np.sum(x[:, :-lag] * x[:, lag:]) / (x.shape[0] * num_draws * variance)
+        if rho < 0:
+            break
+        tau += 2 * rho
+    return x.size / tau
+
+
+@pytest.mark.parametrize("shape", [(), (3, 7), (2852,)])
+def test_fast_key_draws_exactly_the_default_threefry_numbers(shape):
+    """The unrolled hash behind the chain's noise gives the same bits as JAX's threefry."""
+    key = jax.random.key(42)
+    fast = _threefry.fast_key(key)
+    assert jax.random.key_impl(fast) != jax.random.key_impl(key)
+    draws = [lambda k: jax.random.normal(k, shape), lambda k: jax.random.bits(k, shape),
+             lambda k: jax.random.bernoulli(k, 0.3, shape),
+             lambda k: jax.random.randint(k, shape, 0, 17),
+             lambda k: jax.random.bits(k, shape, jnp.uint8)]
+    for draw in draws:
+        np.testing.assert_array_equal(draw(key), draw(fast))
+    np.testing.assert_array_equal(jax.jit(draws[0])(key), jax.jit(draws[0])(fast))
+    with jax.enable_x64(True):  # 64-bit draws exist only in this mode
+        np.testing.assert_array_equal(jax.random.bits(key, shape, jnp.uint64),
+                                      jax.random.bits(fast, shape, jnp.uint64))
+    np.testing.assert_array_equal(jax.random.key_data(jax.random.split(key, 3)),
+                                  jax.random.key_data(jax.random.split(fast, 3)))
+    np.testing.assert_array_equal(jax.random.key_data(jax.random.fold_in(key, 7)),
+                                  jax.random.key_data(jax.random.fold_in(fast, 7)))
+
+
+def test_sgld_noise_has_the_langevin_variance_and_a_typed_key():
+    """Zero gradients, momentum 0: each update is N(0, 2 lr / T) per coordinate. Over
+    n = 20000 independent draws the sample variance is within 4 standard errors
+    (sqrt(2 / n) relative, for Gaussian draws) and the mean within 4 sigma / sqrt(n)."""
+    lr, num_train, n = 1e-3, 50, 20000
+    transform = sgmcmc.sgld(jax.random.key(0), lr, num_train)
+    state = transform.init(jnp.zeros(3))
+    keys = [leaf for leaf in jax.tree.leaves(state)
+            if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
+    assert len(keys) == 1  # the transformation carries a typed key, not an int seed
+
+    def step(state, _):
+        updates, state = transform.update(jnp.zeros(3), state)
+        return state, updates
+
+    _, updates = jax.lax.scan(step, state, None, length=n)
+    updates = np.asarray(updates, np.float64)
+    variance = 2 * lr / num_train
+    assert np.all(np.abs(updates.var(0) / variance - 1) < 4 * math.sqrt(2 / n)), updates.var(0)
+    assert np.all(np.abs(updates.mean(0)) < 4 * math.sqrt(variance / n))
+    # same key, same noise; the gradient enters as -lr * g
+    again, _ = sgmcmc.sgld(jax.random.key(0), lr, num_train).update(
+        jnp.ones(3), sgmcmc.sgld(jax.random.key(0), lr, num_train).init(jnp.zeros(3)))
+    np.testing.assert_allclose(again, updates[0] - lr, rtol=1e-5)
+
+
+def test_sgld_momentum_keeps_the_stationary_velocity_variance():
+    """Zero gradients, momentum b: u_t = b u_{t-1} + N(0, 2 (1 - b) lr / T), whose stationary
+    variance is 2 lr / (T (1 + b)). The draws are AR(1) with coefficient b; the tolerance is 4
+    standard errors from their effective sample size (estimated from the autocorrelation)."""
+    lr, num_train, beta, n = 1e-3, 50, 0.9, 40000
+    transform = sgmcmc.sgld(jax.random.key(1), lr, num_train, momentum=beta)
+
+    def step(state, _):
+        updates, state = transform.update(jnp.zeros(4), state)
+        return state, updates
+
+    _, updates = jax.lax.scan(step, transform.init(jnp.zeros(4)), None, length=n)
+    updates = np.asarray(updates[1000:], np.float64)  # from stationarity
+    expected = 2 * lr / (num_train * (1 + beta))
+    for i in range(4):
+        ess = _effective_sample_size(updates[None, :, i])
+        assert abs(updates[:, i].var() / expected - 1) < 4 * math.sqrt(2 / ess), (i, ess)
+
+
+def _linear_regression(num_train: int, seed: int):
+    """A Bayesian linear regression y = x.w + N(0, noise^2), w ~ N(0, prior_std^2 I), d = 2.
+
+    Returns the data, the per-pair mean loss, the L2 scale giving that prior, and the exact
+    posterior mean and covariance."""
+    noise, prior_std = 0.5, 1.0
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(num_train, 2)).astype(np.float32)
+    y = (x @ np.array([1.0, -0.5]) + noise * rng.normal(size=num_train)).astype(np.float32)
+    precision = x.T.astype(np.float64) @ x / noise**2 + np.eye(2) / prior_std**2
+    covariance = np.linalg.inv(precision)
+    mean = covariance @ x.T.astype(np.float64) @ y / noise**2
+
+    def loss_fn(w, batch):
+        return jnp.mean((batch.y - batch.x @ w) ** 2) / (2 * noise**2)
+
+    # T * l2 |w|^2 = |w|^2 / (2 prior_std^2): the prior, as the agent writes it.
+    l2 = 1.0 / (2 * prior_std**2 * num_train)
+    return base.Data(x=jnp.asarray(x), y=jnp.asarray(y)), loss_fn, l2, mean, covariance, precision
+
+
+def _chains(key, data, loss_fn, l2, lr, momentum, batch_size, num_chains=64, num_steps=21000,
+            burn_in=1000, snapshot_every=10):
+    """``num_chains`` independent chains (vmap), started at 0, as the agent runs them."""
+
+    def one_chain(key):
+        noise_key, batch_key = jax.random.split(key)
+        num_train = data.x.shape[0]
+        optimizer = optax.chain(optax.add_decayed_weights(2 * l2),
+                                sgmcmc.sgld(noise_key, lr, num_train, momentum))
+        return sgmcmc.run_chain(batch_key, loss_fn, jnp.zeros(2), data, optimizer,
+                                num_steps=num_steps, burn_in=burn_in,
+                                snapshot_every=snapshot_every, batch_size=batch_size)
+
+    snapshots = jax.jit(jax.vmap(one_chain))(jax.random.split(key, num_chains))
+    return np.asarray(snapshots, np.float64)  # [chains, snapshots, 2]
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_chain_samples_the_exact_posterior_of_bayesian_linear_regression(momentum):
+    """Full-batch chains (T = 8 <= batch size) against the conjugate posterior.
+
+    The step is set so that eps * lambda_max = 0.02 (eps = lr / T, lambda_max the largest
+    posterior precision eigenvalue): the discretised chain's stationary variance is then
+    biased by at most eps * lambda / 2 = 1% (exact for a Gaussian target; smaller still with
+    momentum). Per coordinate, the snapshot mean must be within 4 standard errors
+    sqrt(var / ESS) of the posterior mean, and the snapshot variance within
+    4 sqrt(2 / ESS) + 1% of the posterior variance, with the ESS of the snapshots
+    estimated from their autocorrelation (64 chains x 2000 snapshots)."""
+    data, loss_fn, l2, mean, covariance, precision = _linear_regression(8, seed=0)
+    lr = 0.02 * 8 / np.linalg.eigvalsh(precision).max()
+    draws = _chains(jax.random.key(2), data, loss_fn, l2, lr, momentum, batch_size=100)
+    assert draws.shape == (64, 2000, 2)
+    for i in range(2):
+        ess = _effective_sample_size(draws[:, :, i])
+        assert ess > 1000, ess  # the test has power: the tolerances below are < 13%
+        got_mean, got_var = draws[:, :, i].mean(), draws[:, :, i].var()
+        var = covariance[i, i]
+        assert abs(got_mean - mean[i]) < 4 * math.sqrt(var / ess), (i, got_mean, mean[i], ess)
+        assert abs(got_var / var - 1) < 4 * math.sqrt(2 / ess) + 0.01, (i, got_var, var, ess)
+
+
+def test_minibatch_chain_is_centred_on_the_posterior_mean():
+    """T = 40 pairs, minibatches of 10: the gradient noise inflates the chain's variance
+    (by about lr T V / (2 b) for gradient variance V), but for a Gaussian target the
+    dynamics are linear with zero-mean noise, so the stationary mean is the exact
+    posterior mean: checked within 4 standard errors from the ESS."""
+    data, loss_fn, l2, mean, covariance, precision = _linear_regression(40, seed=1)
+    lr = 0.02 * 40 / np.linalg.eigvalsh(precision).max()
+    draws = _chains(jax.random.key(3), data, loss_fn, l2, lr, 0.0, batch_size=10,
+                    num_chains=32, num_steps=11000)
+    for i in range(2):
+        ess = _effective_sample_size(draws[:, :, i])
+        sd = math.sqrt(draws[:, :, i].var())
+        assert abs(draws[:, :, i].mean() - mean[i]) < 4 * sd / math.sqrt(ess), (i, ess)
+        assert 0.8 < draws[:, :, i].var() / covariance[i, i] < 1.5  # inflated a little, no more
+
+
+@pytest.fixture(scope="module")
+def trained():
+    _, data = leaderboard.load_problem(PROBLEM)
+    prior = leaderboard.prior_knowledge(PROBLEM)
+    agent = sgmcmc.make_sgmcmc_agent(SMALL)
+    train = jax.jit(agent.train)
+    return agent, data, prior, train(jax.random.key(0), data, prior), train
+
+
+def test_snapshots_are_the_ensemble(trained):
+    agent, _, _, snapshots, _ = trained
+    assert agent.enn.num_indices == SMALL.num_snapshots == 10
+    assert all(leaf.shape[0] == 10 for leaf in jax.tree.leaves(snapshots))
+    apply = jax.jit(agent.enn.apply)
+    for n in (1, 7, 64):
+        x = jax.random.normal(jax.random.key(n), (n, 2))
+        logits = apply(snapshots, x, agent.enn.sample_index(jax.random.key(n + 1)))
+        assert logits.shape == (n, 2) and logits.dtype == jnp.float32
+        assert np.all(np.isfinite(logits))
+
+
+def test_same_seed_same_snapshots_and_different_snapshots_predict_differently(trained):
+    agent, data, prior, snapshots, train = trained
+    again = train(jax.random.key(0), data, prior)
+    jax.tree.map(np.testing.assert_array_equal, snapshots, again)
+    x = jax.random.normal(jax.random.key(2), (50, 2))
+    logits = [np.asarray(agent.enn.apply(snapshots, x, i)) for i in range(10)]
+    for i in range(10):
+        for j in range(i):
+            assert np.abs(logits[i] - logits[j]).max() > 1e-3, (i, j)
+
+
+def test_sample_index_is_uniform_over_snapshots(trained):
+    """10,000 draws: each snapshot's count within 4 binomial standard errors of 1000."""
+    agent = trained[0]
+    draws = jax.vmap(agent.enn.sample_index)(jax.random.split(jax.random.key(0), 10_000))
+    counts = np.bincount(np.asarray(draws), minlength=10)
+    assert len(counts) == 10
+    assert np.all(np.abs(counts - 1000) < 4 * math.sqrt(10_000 * 0.1 * 0.9)), counts
+
+
+def test_trains_under_vmap_with_minibatches_and_evaluates():
+    """As the runner does: 3 temperatures trained together with jit(vmap(train)), here with
+    minibatches of 4 from the 10 pairs, then evaluated through the member-counting path."""
+    group = [p for p in PAPER.values() if p.num_train == 10 and p.seed == 0]
+    loaded = [leaderboard.load_problem(p) for p in group]
+    data = jax.tree.map(lambda *xs: jnp.stack(xs), *[d for _, d in loaded])
+    prior = base.PriorKnowledge(input_dim=2, num_classes=2, num_train=10, env_hidden=(50, 50),
+                                temperature=jnp.array([p.temperature for p in group]))
+    agent = sgmcmc.make_sgmcmc_agent(dataclasses.replace(SMALL, batch_size=4))
+    snapshots = jax.jit(jax.vmap(agent.train))(jax.random.split(jax.random.key(0), 3), data, prior)
+    assert snapshots[0]["w"].shape == (3, 10, 2, 50)
+    evaluate = jax.jit(kl.make_evaluator(agent.enn, tau=10, num_classes=2, num_test=20,
+                                         num_samples=50))
+    result = evaluate(jax.random.key(1), jax.tree.map(lambda a: a[0], snapshots), loaded[0][0])
+    assert np.isfinite(result.kl) and bool(result.logits_finite)
+
+
+def test_prior_l2_scale_follows_the_formula():
+    prior = base.PriorKnowledge(input_dim=3, num_classes=2, num_train=40, env_hidden=(50, 50),
+                                temperature=0.5)
+    config = sgmcmc.SGMCMCConfig(prior_variance=0.1)
+    np.testing.assert_allclose(sgmcmc._l2_scale(config, prior), 0.5 * 3 / (0.1 * 40))
+
+
+def test_sweep_is_the_papers_grid():
+    sweep = agents.sgmcmc_sweep()
+    assert len(sweep) == len(set(sweep)) == 42
+    assert {(c.learning_rate, c.prior_variance, c.momentum) for c in sweep} == {
+        (lr, lam, m) for lr in (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2)
+        for lam in (0.01, 0.1, 0.5) for m in (0.0, 0.9)}
+    assert all(c.num_snapshots == 400 for c in sweep)
+
+
+def test_registered_and_settable_from_the_command_line():
+    spec = agents.get_agent("sgmcmc")
+    assert spec.default == sgmcmc.SGMCMCConfig() and spec.default.num_snapshots == 400
+    config = agents.parse_overrides(spec, ["momentum=0", "num_steps=20000", "burn_in=5000"])
+    assert config == dataclasses.replace(spec.default, momentum=0.0, num_steps=20000,
+                                         burn_in=5000)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [({"burn_in": 500_000}, r"burn_in \(500000\) must be smaller than num_steps \(500000\)"),
+     ({"burn_in": 600_000}, "must be smaller than num_steps"),
+     ({"snapshot_every": 0}, "snapshot_every must be >= 1, got 0"),
+     ({"burn_in": 100_500}, r"burn_in \(100500\) must be a multiple of snapshot_every \(1000\)"),
+     ({"num_steps": 400_500}, "num_steps .* must be a multiple of snapshot_every"),
+     ({"prior_variance": 0.0}, "prior_variance must be > 0, got 0.0"),
+     ({"prior_variance": -1.0}, "prior_variance must be > 0"),
+     ({"learning_rate": 0.0}, "learning_rate must be > 0"),
+     ({"momentum": 1.0}, r"momentum must be in \[0, 1\), got 1.0"),
+     ({"burn_in": -1000}, "burn_in must be >= 0"),
+     ({"batch_size": 0}, "batch_size must be >= 1")],
+)
+def test_bad_configs_are_rejected(changes, message):
+    with pytest.raises(ValueError, match=message):
+        sgmcmc.SGMCMCConfig(**changes)
