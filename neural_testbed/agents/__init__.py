@@ -1,5 +1,7 @@
 """The agent zoo and its registry."""
 
+from neural_testbed.agents.bbb import BBBConfig, bbb_sweep, make_bbb_agent
+from neural_testbed.agents.dropout import DropoutConfig, dropout_sweep, make_dropout_agent
 from neural_testbed.agents.ensemble import EnsembleConfig, ensemble_sweep, make_ensemble_agent
 from neural_testbed.agents.ensemble_plus import (
     EnsemblePlusConfig,
@@ -12,6 +14,7 @@ from neural_testbed.agents.hypermodel import (
     make_hypermodel_agent,
 )
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
+from neural_testbed.agents.sgmcmc import SGMCMCConfig, make_sgmcmc_agent, sgmcmc_sweep
 from neural_testbed.agents.registry import (
     AGENTS,
     AgentSpec,
@@ -32,10 +35,19 @@ __all__ = [
     "make_ensemble_agent",
     "make_ensemble_plus_agent",
     "make_hypermodel_agent",
+    "BBBConfig",
+    "DropoutConfig",
     "MLPConfig",
+    "SGMCMCConfig",
+    "bbb_sweep",
+    "dropout_sweep",
     "get_agent",
+    "make_bbb_agent",
+    "make_dropout_agent",
     "make_mlp_agent",
+    "make_sgmcmc_agent",
     "mlp_sweep",
     "parse_overrides",
     "register",
+    "sgmcmc_sweep",
 ]

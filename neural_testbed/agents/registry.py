@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from neural_testbed import base
-from neural_testbed.agents import mlp
+from neural_testbed.agents import bbb, dropout, mlp, sgmcmc
 from neural_testbed.agents import ensemble, ensemble_plus, hypermodel
 
 __all__ = ["AgentSpec", "AGENTS", "register", "get_agent", "parse_overrides"]
@@ -75,6 +75,27 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=hypermodel.hypermodel_sweep,
         make=hypermodel.make_hypermodel_agent,
         description="linear hypermodel with an additive prior hypermodel (Dwaracherla et al. 2020)",
+    ),
+    "dropout": AgentSpec(
+        config_type=dropout.DropoutConfig,
+        default=dropout.DropoutConfig(),
+        sweep=dropout.dropout_sweep,
+        make=dropout.make_dropout_agent,
+        description="MC dropout (Gal & Ghahramani): an MLP that keeps dropping units when sampling",
+    ),
+    "bbb": AgentSpec(
+        config_type=bbb.BBBConfig,
+        default=bbb.BBBConfig(),
+        sweep=bbb.bbb_sweep,
+        make=bbb.make_bbb_agent,
+        description="Bayes by backprop (Blundell et al.): a factorised Gaussian over every weight",
+    ),
+    "sgmcmc": AgentSpec(
+        config_type=sgmcmc.SGMCMCConfig,
+        default=sgmcmc.SGMCMCConfig(),
+        sweep=sgmcmc.sgmcmc_sweep,
+        make=sgmcmc.make_sgmcmc_agent,
+        description="SGLD, with momentum by default (Welling & Teh): a chain's snapshots as an ensemble",
     ),
 }
 
