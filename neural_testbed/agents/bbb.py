@@ -47,20 +47,20 @@ __all__ = [
     "scale_mixture_kl_estimate",
 ]
 
-Prior = Literal["gaussian", "scale_mixture"]
-_PRIORS = ("gaussian", "scale_mixture")
+WeightPrior = Literal["gaussian", "scale_mixture"]
+_WEIGHT_PRIORS = ("gaussian", "scale_mixture")
 
 
 @dataclasses.dataclass(frozen=True)
 class BBBConfig:
-    """Hyperparameters of the Bayes-by-backprop agent (reference defaults)."""
+    """Hyperparameters of the Bayes-by-backprop agent (the testbed's defaults)."""
 
     hidden: tuple[int, ...] = (50, 50)  # hidden layer widths, ReLU
     learning_rate: float = 3e-3  # Adam step size
     num_steps: int = 10_000  # Adam steps
     batch_size: int = 100  # minibatch size, drawn with replacement from the T pairs
     num_samples: int = 8  # weight draws averaged in each step's loss
-    prior: Prior = "gaussian"  # "gaussian" (analytic KL) or "scale_mixture" (Monte Carlo KL)
+    weight_prior: WeightPrior = "gaussian"  # "gaussian": analytic KL; "scale_mixture": MC KL
     sigma_1: float = 0.3  # stddev of the Gaussian prior, or of the mixture's first component
     sigma_2: float = 0.75  # stddev of the mixture's second component (scale_mixture only)
     mixture_pi: float = 0.5  # weight pi of the first component, in [0, 1] (scale_mixture only)
@@ -68,8 +68,9 @@ class BBBConfig:
     init_stddev: float = 0.05  # posterior stddev of every weight at initialisation
 
     def __post_init__(self):
-        if self.prior not in _PRIORS:
-            raise ValueError(f"prior must be one of {', '.join(_PRIORS)}, got {self.prior!r}")
+        if self.weight_prior not in _WEIGHT_PRIORS:
+            raise ValueError(f"weight_prior must be one of {', '.join(_WEIGHT_PRIORS)}, "
+                             f"got {self.weight_prior!r}")
         for name in ("sigma_1", "sigma_2", "init_stddev", "learning_rate"):
             value = getattr(self, name)
             if not value > 0:
@@ -163,7 +164,7 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
     """Builds the Bayes-by-backprop agent.
 
     Example:
-      >>> agent = make_bbb_agent(BBBConfig(prior="scale_mixture", sigma_1=1.0, sigma_2=0.25))
+      >>> agent = make_bbb_agent(BBBConfig(weight_prior="scale_mixture", sigma_1=1.0, sigma_2=0.25))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(jax.random.key(1)))
 
@@ -187,7 +188,7 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
                 weights = sample_weights(posterior, draw_key)
                 logits = networks.apply_mlp(weights, batch.x)  # [batch, num_classes]
                 nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
-                if config.prior == "gaussian":
+                if config.weight_prior == "gaussian":
                     return nll, jnp.zeros(())
                 return nll, scale_mixture_kl_estimate(
                     weights, posterior.mean, stddev,
@@ -196,7 +197,7 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
 
             draw_keys = jax.random.split(key, config.num_samples)
             nll, kl_draws = jax.vmap(one_draw)(draw_keys)  # [num_samples] each
-            if config.prior == "gaussian":
+            if config.weight_prior == "gaussian":
                 kl = gaussian_kl(posterior.mean, stddev, config.sigma_1)
             else:
                 kl = jnp.mean(kl_draws)
@@ -224,7 +225,7 @@ def bbb_sweep() -> tuple[BBBConfig, ...]:
     x steps {500, 1000, 10000}; scale-mixture prior: sigma_1 {1, 2, 4} x
     sigma_2 {0.25, 0.5, 0.75} x pi {0, 0.5, 1} x steps {1000, 10000};
     hidden {(50, 50), (100, 100), (50, 50, 50)}. The mixture configs set
-    ``prior="scale_mixture"``, so they train against the mixture. A config
+    ``weight_prior="scale_mixture"``, so they train against the mixture. A config
     that two grids share (the default) appears once.
     """
     gaussian = tuple(
@@ -233,7 +234,7 @@ def bbb_sweep() -> tuple[BBBConfig, ...]:
                                            (500, 1000, 10_000))
     )
     mixture = tuple(
-        BBBConfig(prior="scale_mixture", sigma_1=s1, sigma_2=s2, mixture_pi=pi, num_steps=n)
+        BBBConfig(weight_prior="scale_mixture", sigma_1=s1, sigma_2=s2, mixture_pi=pi, num_steps=n)
         for s1, s2, pi, n in itertools.product((1.0, 2.0, 4.0), (0.25, 0.5, 0.75),
                                                (0.0, 0.5, 1.0), (1000, 10_000))
     )

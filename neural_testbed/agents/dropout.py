@@ -25,7 +25,6 @@ import itertools
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from neural_testbed import base, networks
@@ -36,7 +35,7 @@ __all__ = ["DropoutConfig", "make_dropout_agent", "dropout_sweep"]
 
 @dataclasses.dataclass(frozen=True)
 class DropoutConfig:
-    """Hyperparameters of the MC dropout agent (reference defaults)."""
+    """Hyperparameters of the MC dropout agent (the testbed's defaults)."""
 
     dropout_rate: float = 0.1  # p, probability that a unit is dropped, in [0, 1)
     dropout_input: bool = False  # also drop input features (with the same p)

@@ -95,7 +95,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         default=sgmcmc.SGMCMCConfig(),
         sweep=sgmcmc.sgmcmc_sweep,
         make=sgmcmc.make_sgmcmc_agent,
-        description="SGLD, with momentum by default (Welling & Teh): a chain's snapshots as an ensemble",
+        description="SGLD with momentum (Welling & Teh): one chain's snapshots as an ensemble",
     ),
 }
 

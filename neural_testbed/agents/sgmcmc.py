@@ -53,7 +53,7 @@ MeanLossFn = Callable[[Params, base.Data], jax.Array]
 
 @dataclasses.dataclass(frozen=True)
 class SGMCMCConfig:
-    """Hyperparameters of the SG-MCMC agent (reference defaults)."""
+    """Hyperparameters of the SG-MCMC agent (the testbed's defaults)."""
 
     learning_rate: float = 1e-4  # eta, constant step size on the per-pair mean loss
     prior_variance: float = 0.1  # lambda: L2 = temperature * d / (lambda * T), see module doc

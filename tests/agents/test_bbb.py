@@ -157,8 +157,8 @@ def test_strong_kl_pulls_the_posterior_to_the_prior():
 def test_sweep_mixture_configs_train_against_the_mixture():
     sweep = agents.bbb_sweep()
     assert len(sweep) == len(set(sweep)) == 86
-    gaussian = [c for c in sweep if c.prior == "gaussian"]
-    mixture = [c for c in sweep if c.prior == "scale_mixture"]
+    gaussian = [c for c in sweep if c.weight_prior == "gaussian"]
+    mixture = [c for c in sweep if c.weight_prior == "scale_mixture"]
     assert {(c.learning_rate, c.sigma_1, c.num_steps) for c in gaussian} >= {
         (lr, s, n) for lr in (1e-3, 3e-3) for s in (0.3, 0.5, 0.7, 1.0, 2.0)
         for n in (500, 1000, 10_000)}
@@ -170,11 +170,12 @@ def test_sweep_mixture_configs_train_against_the_mixture():
 
 def test_the_prior_changes_the_trained_posterior():
     """Same seeds, same sigma_1: the mixture prior (pi = 0.5, sigma_2 = 0.25) trains to a
-    different posterior than the Gaussian one, so the prior field is really used."""
+    different posterior than the Gaussian one, so the weight_prior field is really used."""
     _, data = leaderboard.load_problem(PROBLEM)
     prior = leaderboard.prior_knowledge(PROBLEM)
     config = dataclasses.replace(SMALL, sigma_1=1.0, num_steps=50, adaptive_scale=False)
-    mixture = dataclasses.replace(config, prior="scale_mixture", sigma_2=0.25, mixture_pi=0.5)
+    mixture = dataclasses.replace(
+        config, weight_prior="scale_mixture", sigma_2=0.25, mixture_pi=0.5)
     a = jax.jit(bbb.make_bbb_agent(config).train)(jax.random.key(0), data, prior)
     b = jax.jit(bbb.make_bbb_agent(mixture).train)(jax.random.key(0), data, prior)
     assert np.abs(np.asarray(a.rho[1]["w"]) - np.asarray(b.rho[1]["w"])).max() > 1e-3
@@ -183,11 +184,12 @@ def test_the_prior_changes_the_trained_posterior():
 def test_registered_and_settable_from_the_command_line():
     spec = agents.get_agent("bbb")
     assert spec.default == bbb.BBBConfig()
-    config = agents.parse_overrides(spec, ["prior=scale_mixture", "sigma_1=2", "mixture_pi=0.25"])
+    config = agents.parse_overrides(
+        spec, ["weight_prior=scale_mixture", "sigma_1=2", "mixture_pi=0.25"])
     assert config == dataclasses.replace(
-        spec.default, prior="scale_mixture", sigma_1=2.0, mixture_pi=0.25)
+        spec.default, weight_prior="scale_mixture", sigma_1=2.0, mixture_pi=0.25)
     with pytest.raises(ValueError, match="allowed values are gaussian, scale_mixture"):
-        agents.parse_overrides(spec, ["prior=laplace"])
+        agents.parse_overrides(spec, ["weight_prior=laplace"])
 
 
 @pytest.mark.parametrize(
@@ -196,7 +198,8 @@ def test_registered_and_settable_from_the_command_line():
      ("sigma_2", -0.5, "sigma_2 must be > 0, got -0.5"),
      ("init_stddev", 0.0, "init_stddev must be > 0"),
      ("mixture_pi", 1.5, r"mixture_pi must be in \[0, 1\], got 1.5"),
-     ("prior", "laplace", "prior must be one of gaussian, scale_mixture, got 'laplace'"),
+     ("weight_prior", "laplace",
+      "weight_prior must be one of gaussian, scale_mixture, got 'laplace'"),
      ("num_samples", 0, "num_samples must be >= 1, got 0"),
      ("num_steps", 0, "num_steps must be >= 1, got 0"),
      ("learning_rate", 0.0, "learning_rate must be > 0"),
