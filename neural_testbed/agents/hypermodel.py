@@ -134,8 +134,9 @@ def bootstrap_weight_fn(
     with probability 1/2 each) or ``-log Phi(g)`` (``"exponential"``: Exp(1),
     since ``Phi(g)`` is uniform), or 1 (``"none"``). The weights are a
     function of ``z``, so one index always sees the same reweighting of the
-    data, as an ensemble member does. (The reference testbed builds its
-    weights from random directions in the same way.)
+    data, as an ensemble member does. (The reference's ENN library also
+    builds them from random directions; its exponential weights are only
+    approximately Exp(1).)
 
     Returns:
       ``weights(z [index_dim], ids [n] int) -> [n]``, the weights of the
