@@ -17,7 +17,6 @@ import tempfile
 import time
 
 from neural_testbed import agents, leaderboard
-from neural_testbed.leaderboard import store as store_lib
 
 
 def main() -> None:

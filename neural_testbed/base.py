@@ -15,17 +15,16 @@ from typing import Any, NamedTuple
 
 import flax.struct
 import jax
-import jax.numpy as jnp
 
 __all__ = [
-    "Data",
-    "PriorKnowledge",
     "ENN",
     "Agent",
+    "Data",
     "EpistemicSampler",
-    "sampler_as_enn",
-    "as_sampler",
+    "PriorKnowledge",
     "ProblemResult",
+    "as_sampler",
+    "sampler_as_enn",
 ]
 
 

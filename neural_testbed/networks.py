@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
-__all__ = ["MLPParams", "init_mlp", "apply_mlp"]
+__all__ = ["MLPParams", "apply_mlp", "init_mlp"]
 
 # A list of layers, each {"w": [fan_in, fan_out], "b": [fan_out]}.
 MLPParams = list[dict[str, jax.Array]]

@@ -14,7 +14,6 @@ from neural_testbed.agents.hypermodel import (
     make_hypermodel_agent,
 )
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
-from neural_testbed.agents.sgmcmc import SGMCMCConfig, make_sgmcmc_agent, sgmcmc_sweep
 from neural_testbed.agents.registry import (
     AGENTS,
     AgentSpec,
@@ -22,28 +21,29 @@ from neural_testbed.agents.registry import (
     parse_overrides,
     register,
 )
+from neural_testbed.agents.sgmcmc import SGMCMCConfig, make_sgmcmc_agent, sgmcmc_sweep
 
 __all__ = [
     "AGENTS",
     "AgentSpec",
+    "BBBConfig",
+    "DropoutConfig",
     "EnsembleConfig",
     "EnsemblePlusConfig",
     "HypermodelConfig",
-    "ensemble_plus_sweep",
-    "ensemble_sweep",
-    "hypermodel_sweep",
-    "make_ensemble_agent",
-    "make_ensemble_plus_agent",
-    "make_hypermodel_agent",
-    "BBBConfig",
-    "DropoutConfig",
     "MLPConfig",
     "SGMCMCConfig",
     "bbb_sweep",
     "dropout_sweep",
+    "ensemble_plus_sweep",
+    "ensemble_sweep",
     "get_agent",
+    "hypermodel_sweep",
     "make_bbb_agent",
     "make_dropout_agent",
+    "make_ensemble_agent",
+    "make_ensemble_plus_agent",
+    "make_hypermodel_agent",
     "make_mlp_agent",
     "make_sgmcmc_agent",
     "mlp_sweep",

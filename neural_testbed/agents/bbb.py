@@ -40,10 +40,10 @@ from neural_testbed.agents import training
 __all__ = [
     "BBBConfig",
     "Posterior",
-    "make_bbb_agent",
     "bbb_sweep",
-    "sample_weights",
     "gaussian_kl",
+    "make_bbb_agent",
+    "sample_weights",
     "scale_mixture_kl_estimate",
 ]
 

@@ -30,7 +30,7 @@ import optax
 from neural_testbed import base, networks
 from neural_testbed.agents import training
 
-__all__ = ["DropoutConfig", "make_dropout_agent", "dropout_sweep"]
+__all__ = ["DropoutConfig", "dropout_sweep", "make_dropout_agent"]
 
 
 @dataclasses.dataclass(frozen=True)

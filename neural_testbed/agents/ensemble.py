@@ -30,16 +30,16 @@ from neural_testbed.agents import mlp, training
 
 __all__ = [
     "EnsembleConfig",
-    "EnsembleState",
     "EnsembleKeys",
-    "check_num_ensemble",
-    "split_keys",
-    "init_members",
+    "EnsembleState",
     "apply_members",
-    "select_member",
-    "member_cross_entropy",
-    "make_ensemble_agent",
+    "check_num_ensemble",
     "ensemble_sweep",
+    "init_members",
+    "make_ensemble_agent",
+    "member_cross_entropy",
+    "select_member",
+    "split_keys",
 ]
 
 

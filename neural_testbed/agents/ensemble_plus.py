@@ -37,15 +37,15 @@ from neural_testbed.agents import ensemble, mlp, training
 
 __all__ = [
     "Bootstrap",
-    "TemperatureScaling",
     "EnsemblePlusConfig",
     "EnsemblePlusState",
+    "TemperatureScaling",
+    "bootstrap_weights",
     "check_bootstrap",
     "check_prior_options",
-    "prior_function_scale",
-    "bootstrap_weights",
-    "make_ensemble_plus_agent",
     "ensemble_plus_sweep",
+    "make_ensemble_plus_agent",
+    "prior_function_scale",
 ]
 
 # Per (training point, member) loss weights: all ones, Exp(1), or 2 * Bernoulli(1/2).

@@ -36,12 +36,12 @@ __all__ = [
     "HypermodelConfig",
     "HypermodelState",
     "LinearHypermodel",
-    "init_linear_hypermodel",
-    "generate_params",
-    "sample_index",
     "bootstrap_weight_fn",
-    "make_hypermodel_agent",
+    "generate_params",
     "hypermodel_sweep",
+    "init_linear_hypermodel",
+    "make_hypermodel_agent",
+    "sample_index",
 ]
 
 

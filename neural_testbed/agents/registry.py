@@ -14,10 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from neural_testbed import base
-from neural_testbed.agents import bbb, dropout, mlp, sgmcmc
-from neural_testbed.agents import ensemble, ensemble_plus, hypermodel
+from neural_testbed.agents import bbb, dropout, ensemble, ensemble_plus, hypermodel, mlp, sgmcmc
 
-__all__ = ["AgentSpec", "AGENTS", "register", "get_agent", "parse_overrides"]
+__all__ = ["AGENTS", "AgentSpec", "get_agent", "parse_overrides", "register"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,7 +44,7 @@ import optax
 from neural_testbed import base, networks
 from neural_testbed.agents import _threefry
 
-__all__ = ["SGMCMCConfig", "sgld", "run_chain", "make_sgmcmc_agent", "sgmcmc_sweep"]
+__all__ = ["SGMCMCConfig", "make_sgmcmc_agent", "run_chain", "sgld", "sgmcmc_sweep"]
 
 Params = Any
 # (params, batch) -> the mean negative log-likelihood of the batch's pairs.

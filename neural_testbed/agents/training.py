@@ -11,7 +11,7 @@ import optax
 
 from neural_testbed import base
 
-__all__ = ["weight_decay_scale", "train_minibatch"]
+__all__ = ["train_minibatch", "weight_decay_scale"]
 
 Params = Any
 LossFn = Callable[[Params, base.Data, jax.Array], jax.Array]  # (params, batch, key) -> loss

@@ -22,12 +22,12 @@ from neural_testbed import base, networks
 
 __all__ = [
     "Environment",
-    "check_temperature",
     "TestSamples",
-    "sample_environment",
+    "check_temperature",
     "environment_logits",
-    "sample_train_data",
+    "sample_environment",
     "sample_test_data",
+    "sample_train_data",
 ]
 
 

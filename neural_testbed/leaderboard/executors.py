@@ -23,7 +23,7 @@ from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import runner
 from neural_testbed.leaderboard import store as store_lib
 
-__all__ = ["WorkUnit", "BACKENDS", "compute_unit", "execute"]
+__all__ = ["BACKENDS", "WorkUnit", "compute_unit", "execute"]
 
 BACKENDS = ("local", "ray")
 log = logging.getLogger(__name__)

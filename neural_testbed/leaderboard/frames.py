@@ -12,7 +12,7 @@ from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
 from neural_testbed.leaderboard import store as store_lib
 
-__all__ = ["results_frame", "leaderboard_frame", "compare_frame"]
+__all__ = ["compare_frame", "leaderboard_frame", "results_frame"]
 
 
 def _pandas():

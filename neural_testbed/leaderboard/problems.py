@@ -19,13 +19,13 @@ import jax
 from neural_testbed import base, generative
 
 __all__ = [
+    "SWEEPS",
     "Problem",
     "ProblemKeys",
-    "SWEEPS",
     "get_sweep",
-    "problem_keys",
-    "prior_knowledge",
     "load_problem",
+    "prior_knowledge",
+    "problem_keys",
 ]
 
 

@@ -212,9 +212,7 @@ def compare_agents(
                 diffs = [mine[pid].kl[tau] - theirs[pid].kl[tau] for pid in pids]
                 mean, se = _mean_se(diffs)
                 verdict = "n.s."
-                if len(diffs) > 1 and se > 0 and abs(mean) > _t_critical(len(diffs) - 1) * se:
-                    verdict = "better" if mean < 0 else "worse"
-                elif len(diffs) > 1 and se == 0 and mean != 0:
+                if len(diffs) > 1 and se > 0 and abs(mean) > _t_critical(len(diffs) - 1) * se or len(diffs) > 1 and se == 0 and mean != 0:
                     verdict = "better" if mean < 0 else "worse"
                 records.append({
                     "agent": agent, "baseline": name, "temperature": temperature,

@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import math
 import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,10 +25,10 @@ from neural_testbed import base
 __all__ = [
     "DEFAULT_DB",
     "SCHEMA_VERSION",
-    "StoreError",
     "ResultsStore",
-    "config_json",
+    "StoreError",
     "config_hash",
+    "config_json",
 ]
 
 DEFAULT_DB = "neural_testbed_results.db"
@@ -72,7 +73,7 @@ _RESULT_COLUMNS = ("config", "kl", "kl_stderr", "accuracy", "ece", "status", "er
 
 def _same(value: Any) -> Any:
     """NaN compares equal to NaN when deciding whether two rows are duplicates."""
-    return "nan" if isinstance(value, float) and value != value else value
+    return "nan" if isinstance(value, float) and math.isnan(value) else value
 
 
 def config_json(config: Any) -> str:
@@ -237,8 +238,8 @@ class ResultsStore:
         written and a :class:`StoreError` lists the conflicting keys. Timings,
         timestamps and versions may differ between duplicates.
         """
-        key_of = lambda r: tuple(r[c] for c in _KEY_COLUMNS)  # noqa: E731
-        result_of = lambda r: tuple(_same(r[c]) for c in _RESULT_COLUMNS)  # noqa: E731
+        key_of = lambda r: tuple(r[c] for c in _KEY_COLUMNS)
+        result_of = lambda r: tuple(_same(r[c]) for c in _RESULT_COLUMNS)
         existing = {key_of(r): result_of(r) for r in self.rows()}
         added, duplicates, conflicts = {}, 0, []
         for r in rows:

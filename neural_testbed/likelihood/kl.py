@@ -20,12 +20,12 @@ from neural_testbed.generative import mlp_classification as env_lib
 from neural_testbed.likelihood import calibration, estimators
 
 __all__ = [
+    "ESTIMATORS",
     "Estimator",
     "Evaluation",
-    "ESTIMATORS",
     "choose_estimator",
-    "make_evaluator",
     "evaluate_sampler",
+    "make_evaluator",
 ]
 
 Estimator = Literal["auto", "monte_carlo", "partition"]

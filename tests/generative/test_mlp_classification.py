@@ -85,7 +85,7 @@ def test_temperature_sharpens_the_labels():
     env_cold = generative.sample_environment(jax.random.key(1), temperature=0.01)
     env_warm = env_cold._replace(temperature=10.0)
     x = jax.random.normal(jax.random.key(0), (1000, 2))
-    conf = lambda env: jnp.max(jax.nn.softmax(generative.environment_logits(env, x)), -1).mean()  # noqa: E731
+    conf = lambda env: jnp.max(jax.nn.softmax(generative.environment_logits(env, x)), -1).mean()
     assert conf(env_cold) > 0.95 > 0.6 > conf(env_warm)
 
 

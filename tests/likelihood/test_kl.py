@@ -31,14 +31,14 @@ def test_true_environment_has_zero_kl(tau):
 @pytest.mark.parametrize("tau", [1, 100])
 def test_true_environment_as_plain_sampler_has_zero_kl(tau):
     """M = 1000 distinct keys of a sampler that ignores its key: every estimator is exact."""
-    sampler = lambda x, key: generative.environment_logits(ENV, x)  # noqa: E731
+    sampler = lambda x, key: generative.environment_logits(ENV, x)
     ev = likelihood.evaluate_sampler(sampler, ENV, jax.random.key(1), tau=tau)
     assert abs(float(ev.kl)) < 1e-5
 
 
 def test_a_mistaken_agent_has_positive_kl():
     """An agent at the wrong temperature is worse than the truth by many standard errors."""
-    sampler = lambda x, key: generative.environment_logits(ENV, x) * 0.2  # noqa: E731
+    sampler = lambda x, key: generative.environment_logits(ENV, x) * 0.2
     for tau in (1, 100):
         ev = likelihood.evaluate_sampler(sampler, ENV, jax.random.key(1), tau=tau)
         assert float(ev.kl) > 5 * float(ev.kl_stderr) > 0
@@ -82,13 +82,13 @@ def test_auto_estimator_choice():
 
 
 def test_sampler_with_wrong_shape_is_a_clear_error():
-    sampler = lambda x, key: jnp.zeros((x.shape[0], 3))  # noqa: E731  3 classes, env has 2
+    sampler = lambda x, key: jnp.zeros((x.shape[0], 3))
     with pytest.raises(ValueError, match=r"logits of shape .*expected .*2 class logits"):
         likelihood.evaluate_sampler(sampler, ENV, jax.random.key(0), num_test=10, num_samples=10)
 
 
 def test_nan_logits_are_flagged():
-    sampler = lambda x, key: jnp.full((x.shape[0], 2), jnp.nan)  # noqa: E731
+    sampler = lambda x, key: jnp.full((x.shape[0], 2), jnp.nan)
     ev = likelihood.evaluate_sampler(sampler, ENV, jax.random.key(0), num_test=10, num_samples=10)
     assert not bool(ev.logits_finite)
 
@@ -102,6 +102,6 @@ def test_nan_logits_are_flagged():
     ],
 )
 def test_bad_evaluation_settings_are_clear_errors(kwargs, message):
-    sampler = lambda x, key: generative.environment_logits(ENV, x)  # noqa: E731
+    sampler = lambda x, key: generative.environment_logits(ENV, x)
     with pytest.raises(ValueError, match=message):
         likelihood.evaluate_sampler(sampler, ENV, jax.random.key(0), **kwargs)
