@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import mlp, training
+from neural_testbed.agents import training
 
 __all__ = [
     "EnsembleConfig",
@@ -58,7 +58,7 @@ class EnsembleConfig:
     def __post_init__(self):
         check_num_ensemble(self.num_ensemble)
         # The fields shared with the mlp agent obey the same rules.
-        mlp._check_config(self)
+        training.check_training_fields(self)
 
 
 def check_num_ensemble(num_ensemble: int) -> None:

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import ensemble, mlp, training
+from neural_testbed.agents import ensemble, training
 
 __all__ = [
     "Bootstrap",
@@ -72,7 +72,7 @@ class EnsemblePlusConfig:
     def __post_init__(self):
         ensemble.check_num_ensemble(self.num_ensemble)
         check_prior_options(self)
-        mlp._check_config(self)
+        training.check_training_fields(self)
 
 
 def _check_choice(name: str, value: str, choices: typing.Any) -> None:

@@ -29,7 +29,7 @@ import optax
 from jax.scipy.special import log_ndtr
 
 from neural_testbed import base, networks
-from neural_testbed.agents import ensemble_plus, mlp, training
+from neural_testbed.agents import ensemble_plus, training
 from neural_testbed.agents.ensemble_plus import Bootstrap, TemperatureScaling
 
 __all__ = [
@@ -70,7 +70,7 @@ class HypermodelConfig:
         if any(w < 1 for w in self.prior_hidden):
             raise ValueError(f"prior_hidden widths must be >= 1, got {self.prior_hidden!r}")
         ensemble_plus.check_prior_options(self)
-        mlp._check_config(self)
+        training.check_training_fields(self)
 
 
 class LinearHypermodel(NamedTuple):

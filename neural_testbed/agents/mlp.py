@@ -32,21 +32,7 @@ class MLPConfig:
     adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
 
     def __post_init__(self):
-        _check_config(self)
-
-
-def _check_config(config) -> None:
-    """Rejects values no training run can use, naming the field and the rule."""
-    for name in ("num_steps", "batch_size"):
-        value = getattr(config, name)
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value!r}")
-    if not config.learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {config.learning_rate!r}")
-    if not config.l2_weight_decay >= 0:
-        raise ValueError(f"l2_weight_decay must be >= 0, got {config.l2_weight_decay!r}")
-    if not config.hidden or any(w < 1 for w in config.hidden):
-        raise ValueError(f"hidden must be one or more widths >= 1, got {config.hidden!r}")
+        training.check_training_fields(self)
 
 
 def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:

@@ -11,7 +11,7 @@ import optax
 
 from neural_testbed import base
 
-__all__ = ["train_minibatch", "weight_decay_scale"]
+__all__ = ["check_training_fields", "train_minibatch", "weight_decay_scale"]
 
 Params = Any
 LossFn = Callable[[Params, base.Data, jax.Array], jax.Array]  # (params, batch, key) -> loss
@@ -67,3 +67,18 @@ def train_minibatch(
         step, (params, optimizer.init(params)), jax.random.split(key, num_steps)
     )
     return params, losses
+
+
+def check_training_fields(config) -> None:
+    """Checks the fields minibatch agents share (num_steps, batch_size, learning_rate,
+    l2_weight_decay, hidden), raising an error that names the field and the rule."""
+    for name in ("num_steps", "batch_size"):
+        value = getattr(config, name)
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value!r}")
+    if not config.learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {config.learning_rate!r}")
+    if not config.l2_weight_decay >= 0:
+        raise ValueError(f"l2_weight_decay must be >= 0, got {config.l2_weight_decay!r}")
+    if not config.hidden or any(w < 1 for w in config.hidden):
+        raise ValueError(f"hidden must be one or more widths >= 1, got {config.hidden!r}")
