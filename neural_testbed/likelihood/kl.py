@@ -15,7 +15,7 @@ from typing import Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import base
+from neural_testbed import base, memory
 from neural_testbed.generative import mlp_classification as env_lib
 from neural_testbed.likelihood import calibration, estimators
 
@@ -31,8 +31,10 @@ __all__ = [
 Estimator = Literal["auto", "monte_carlo", "partition"]
 ESTIMATORS = ("auto", "monte_carlo", "partition")
 # Upper bound on (members x inputs) rows pushed through the network at once:
-# about 50 MB per hidden layer of width 50 in float32.
-_MAX_ROWS_PER_CHUNK = 2**18
+# about 26 MB per hidden layer of width 50 in float32. With M = 1000 distinct
+# members and tau = 100 a chunk is one test sample (10^5 rows); twice that ran
+# 1.7x slower for dropout on the 2-core machine (benchmarks/agents_zoo2.py).
+_MAX_ROWS_PER_CHUNK = 2**17
 
 
 class Evaluation(NamedTuple):
@@ -42,7 +44,7 @@ class Evaluation(NamedTuple):
     kl_stderr: jax.Array  # standard error of that mean
     accuracy: jax.Array  # of the mean prediction, over all N * tau test inputs
     ece: jax.Array  # 15-bin expected calibration error of the mean prediction
-    logits_finite: jax.Array  # bool: False if any agent logit was NaN or inf
+    logits_finite: jax.Array  # bool: False if any agent logit was NaN or inf (see below)
 
 
 def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:
@@ -93,6 +95,7 @@ def make_evaluator(
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     method = choose_estimator(tau, estimator)
+    memory.keep_freed_memory()
 
     def evaluate(key: jax.Array, state: base.State, env: env_lib.Environment) -> Evaluation:
         index_key, data_key, partition_key = jax.random.split(key, 3)
@@ -129,7 +132,11 @@ def make_evaluator(
                     keys, log_probs, y, log_weights
                 )
             mean_log_probs = jax.nn.logsumexp(log_probs + log_weights[:, None, None], axis=1)
-            return log_lik, jnp.exp(mean_log_probs), jnp.all(jnp.isfinite(logits))
+            # A NaN or +-inf logit makes its log-softmax row NaN or -inf, so
+            # checking the log-probabilities finds it. Checking the logits
+            # themselves gives XLA a second consumer of the forward pass's
+            # output and doubled the tau = 100 evaluation time on CPU.
+            return log_lik, jnp.exp(mean_log_probs), jnp.all(jnp.isfinite(log_probs))
 
         keys = jax.random.split(partition_key, num_test)
         log_lik, mean_probs, finite = jax.lax.map(

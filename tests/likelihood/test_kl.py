@@ -87,10 +87,18 @@ def test_sampler_with_wrong_shape_is_a_clear_error():
         likelihood.evaluate_sampler(sampler, ENV, jax.random.key(0), num_test=10, num_samples=10)
 
 
-def test_nan_logits_are_flagged():
-    sampler = lambda x, key: jnp.full((x.shape[0], 2), jnp.nan)
-    ev = likelihood.evaluate_sampler(sampler, ENV, jax.random.key(0), num_test=10, num_samples=10)
+@pytest.mark.parametrize("bad", [jnp.nan, jnp.inf, -jnp.inf])
+@pytest.mark.parametrize("tau", [1, 100])
+def test_one_non_finite_logit_is_flagged(bad, tau):
+    def sampler(x, key):  # finite logits except one entry of the first input
+        return jnp.zeros((x.shape[0], 2)).at[0, 1].set(bad)
+
+    ev = likelihood.evaluate_sampler(sampler, ENV, jax.random.key(0), tau=tau, num_test=10,
+                                     num_samples=10)
     assert not bool(ev.logits_finite)
+    finite = likelihood.evaluate_sampler(lambda x, key: jnp.zeros((x.shape[0], 2)), ENV,
+                                         jax.random.key(0), tau=tau, num_test=10, num_samples=10)
+    assert bool(finite.logits_finite)
 
 
 @pytest.mark.parametrize(
