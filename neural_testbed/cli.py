@@ -214,8 +214,15 @@ def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
     parts = [f"d_KL^{tau} = {r[f'kl_{tau}']:.4f} ± {r[f'kl_{tau}_stderr']:.4f}" for tau in taus]
     parts.append(f"d_KL^agg = {r['kl_agg']:.4f}")
     parts.append(f"accuracy = {r['accuracy']:.3f}, ECE = {r['ece']:.3f}")
-    num_failed = len(problems) - r["problems"]
-    parts.append(f"{len(problems)} problems" + (f", {num_failed} FAILED" if num_failed else ""))
+    # A problem of the sweep with no rows at all was left to another shard.
+    num_failed = len({row["problem_id"] for row in rows if row["status"] != "ok"})
+    num_missing = len(problems) - r["problems"] - num_failed
+    counts = f"{r['problems']} of {len(problems)} problems" if num_missing else f"{len(problems)} problems"
+    if num_failed:
+        counts += f", {num_failed} FAILED"
+    if num_missing:
+        counts += f", {num_missing} not computed here (other shards)"
+    parts.append(counts)
     return "aggregate: " + ", ".join(parts)
 
 

@@ -35,6 +35,16 @@ def test_run_prints_each_problem_and_an_aggregate_and_writes_csv(tmp_path, capsy
     assert {r["tau"] for r in rows} == {"1", "100"} and {r["status"] for r in rows} == {"ok"}
 
 
+def test_run_of_one_shard_counts_the_other_shards_problems_as_not_computed(tmp_path, capsys):
+    # smoke has two shapes (T = 10 and 100), so shard 1/2 computes the two T = 10 problems.
+    status = cli.main(["run", "--agent", "mlp", "--set", "num_steps=50", "--quiet", "--sweep",
+                       "smoke", "--shard", "1/2", "--db", str(tmp_path / "s.db")])
+    assert status == 0
+    aggregate = capsys.readouterr().out.splitlines()[-2]
+    assert aggregate.endswith("2 of 4 problems, 2 not computed here (other shards)"), aggregate
+    assert "FAILED" not in aggregate
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [(["run", "--agent", "nope"], "unknown agent 'nope'; registered agents: "),
