@@ -1,9 +1,8 @@
-"""The ensemble agent: contract, determinism, members, learning, configs and sweep."""
+"""The ensemble agent: determinism of members, learning, configs and sweep."""
 
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -26,19 +25,9 @@ def trained():
     return agent, data, prior, train(jax.random.key(0), data, prior), train
 
 
-def test_logits_have_the_right_shape_and_dtype_for_any_batch(trained):
-    agent, _, _, state, _ = trained
-    apply = jax.jit(agent.enn.apply)
-    for n in (1, 7, 64):
-        x = jax.random.normal(jax.random.key(n), (n, 2))
-        logits = apply(state, x, agent.enn.sample_index(jax.random.key(n + 1)))
-        assert logits.shape == (n, 2) and logits.dtype == jnp.float32
-        assert np.all(np.isfinite(logits))
-    assert jax.tree.leaves(state.params)[0].shape[0] == SMALL.num_ensemble
-
-
 def test_same_seed_same_members_other_seed_other_members(trained):
     agent, data, prior, state, train = trained
+    assert jax.tree.leaves(state.params)[0].shape[0] == SMALL.num_ensemble
     again = train(jax.random.key(0), data, prior)
     other = train(jax.random.key(1), data, prior)
     x = jax.random.normal(jax.random.key(2), (5, 2))

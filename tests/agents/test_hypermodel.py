@@ -1,4 +1,4 @@
-"""The hypermodel agent: contract, index, fixed prior, bootstrap, learning, configs and sweep."""
+"""The hypermodel agent: index, fixed prior, bootstrap, learning, configs and sweep."""
 
 import dataclasses
 
@@ -28,17 +28,6 @@ def trained():
 
 def _indices(agent, seed, n):
     return jax.vmap(agent.enn.sample_index)(jax.random.split(jax.random.key(seed), n))
-
-
-def test_logits_have_the_right_shape_and_dtype_for_any_batch(trained):
-    agent, _, _, state, _ = trained
-    assert agent.enn.num_indices is None  # a continuous index
-    apply = jax.jit(agent.enn.apply)
-    for n in (1, 7, 64):
-        x = jax.random.normal(jax.random.key(n), (n, 2))
-        logits = apply(state, x, agent.enn.sample_index(jax.random.key(n + 1)))
-        assert logits.shape == (n, 2) and logits.dtype == jnp.float32
-        assert np.all(np.isfinite(logits))
 
 
 def test_same_seed_same_networks_and_different_indices_differ(trained):

@@ -1,8 +1,7 @@
-"""The mlp agent: contract, determinism and learning."""
+"""The mlp agent: learning (its contract is in test_contract.py)."""
 
 import dataclasses
 
-import jax
 import numpy as np
 import pytest
 
@@ -17,19 +16,6 @@ def _problems(temperature, num_trains, seeds, taus=(1,)):
         for p in PAPER.values()
         if p.temperature == temperature and p.num_train in num_trains and p.seed in seeds
     ]
-
-
-def test_logits_shape_dtype_and_determinism():
-    problem = PAPER["classification_2d/92"]
-    env, data = leaderboard.load_problem(problem)
-    agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=50))
-    prior = leaderboard.prior_knowledge(problem)
-    state = jax.jit(agent.train)(jax.random.key(0), data, prior)
-    again = jax.jit(agent.train)(jax.random.key(0), data, prior)
-    x = jax.random.normal(jax.random.key(1), (13, 2))
-    logits = agent.enn.apply(state, x, agent.enn.sample_index(jax.random.key(2)))
-    assert logits.shape == (13, 2) and logits.dtype == np.float32
-    np.testing.assert_array_equal(logits, agent.enn.apply(again, x, 0))
 
 
 def test_kl_falls_as_training_data_grows():

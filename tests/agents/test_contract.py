@@ -1,0 +1,91 @@
+"""The contract every built-in agent keeps, checked once for all of them.
+
+Each agent trains a small config on one paper problem (temperature 0.1,
+T = 10, seed 0); then its ENN must give float32 logits of shape [n, 2] for any
+batch, the same samples for the same seeds, one network per index whatever
+the batch, and draw only valid indices. Agent-specific behaviour is tested in
+each agent's own file.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from neural_testbed import agents, leaderboard
+from neural_testbed.agents import bbb, dropout, ensemble, ensemble_plus, hypermodel, mlp, sgmcmc
+
+PROBLEM = next(p for p in leaderboard.get_sweep("paper").values()
+               if p.temperature == 0.1 and p.num_train == 10 and p.seed == 0)
+
+# name -> (small config, expected enn.num_indices: None for a continuous index)
+SMALL = {
+    "mlp": (mlp.MLPConfig(num_steps=50), 1),
+    "ensemble": (ensemble.EnsembleConfig(num_ensemble=4, num_steps=50), 4),
+    "ensemble+": (ensemble_plus.EnsemblePlusConfig(num_ensemble=4, num_steps=50), 4),
+    "hypermodel": (hypermodel.HypermodelConfig(num_steps=50, num_index_samples=8), None),
+    "dropout": (dropout.DropoutConfig(dropout_rate=0.3, num_steps=50), None),
+    "bbb": (bbb.BBBConfig(num_steps=50, init_stddev=0.1), None),
+    "sgmcmc": (sgmcmc.SGMCMCConfig(num_steps=300, burn_in=100, snapshot_every=50), 4),
+}
+
+
+def test_every_built_in_agent_is_covered():
+    assert set(SMALL) == set(agents.AGENTS)
+
+
+@pytest.fixture(scope="module", params=list(SMALL))
+def trained(request):
+    name = request.param
+    config, num_indices = SMALL[name]
+    agent = agents.get_agent(name).make(config)
+    _, data = leaderboard.load_problem(PROBLEM)
+    prior = leaderboard.prior_knowledge(PROBLEM)
+    train = jax.jit(agent.train)
+    return name, agent, num_indices, train(jax.random.key(0), data, prior), train(
+        jax.random.key(0), data, prior)
+
+
+def _index(agent, seed):
+    return agent.enn.sample_index(jax.random.key(seed))
+
+
+def test_logits_have_the_right_shape_and_dtype_for_any_batch(trained):
+    name, agent, num_indices, state, _ = trained
+    assert agent.enn.num_indices == num_indices, name
+    apply = jax.jit(agent.enn.apply)
+    for n in (1, 7, 64):
+        x = jax.random.normal(jax.random.key(n), (n, PROBLEM.input_dim))
+        logits = apply(state, x, _index(agent, n + 1))
+        assert logits.shape == (n, PROBLEM.num_classes) and logits.dtype == jnp.float32, name
+        assert np.all(np.isfinite(logits)), name
+
+
+def test_same_seeds_give_identical_samples(trained):
+    name, agent, _, state, again = trained
+    x = jax.random.normal(jax.random.key(2), (9, PROBLEM.input_dim))
+    for seed in range(3):
+        index = _index(agent, seed)
+        np.testing.assert_array_equal(agent.enn.apply(state, x, index),
+                                      agent.enn.apply(again, x, index), err_msg=name)
+
+
+def test_one_index_is_one_network_for_every_input(trained):
+    """Inputs give the same logits alone or together, so a joint prediction over
+    tau inputs comes from one sampled network."""
+    name, agent, _, state, _ = trained
+    x = jax.random.normal(jax.random.key(4), (6, PROBLEM.input_dim))
+    index = _index(agent, 5)
+    together = agent.enn.apply(state, x, index)
+    alone = jnp.concatenate([agent.enn.apply(state, x[i:i + 1], index) for i in range(6)])
+    np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_finite_index_sets_draw_valid_member_ids(trained):
+    name, agent, num_indices, _, _ = trained
+    if num_indices is None:
+        pytest.skip(f"{name} has a continuous index")
+    drawn = np.asarray(jax.vmap(agent.enn.sample_index)(jax.random.split(jax.random.key(0), 500)))
+    assert np.issubdtype(drawn.dtype, np.integer), name
+    assert drawn.min() >= 0 and drawn.max() < num_indices, name
+    assert len(np.unique(drawn)) == num_indices, name  # 500 draws reach every member
