@@ -134,10 +134,7 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
             first_bias_stddev=1.0 / prior.input_dim**0.5,
         )
         scale = _weight_decay(config, prior)
-        # add_decayed_weights(2 s) before Adam = the gradient of s |params|^2 (coupled L2).
-        optimizer = optax.chain(
-            optax.add_decayed_weights(2 * scale), optax.adam(config.learning_rate)
-        )
+        optimizer = training.adam_with_l2(config.learning_rate, scale)
 
         def loss_fn(params, batch, key):
             masks = masks_for(params, key, (batch.x.shape[0],))  # one mask per example

@@ -148,10 +148,7 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
         scale = training.weight_decay_scale(
             config.l2_weight_decay, prior, config.adaptive_weight_scale, config.num_ensemble
         )
-        # As in the mlp agent: the gradient of scale * |params|^2, added before Adam.
-        optimizer = optax.chain(
-            optax.add_decayed_weights(2 * scale), optax.adam(config.learning_rate)
-        )
+        optimizer = training.adam_with_l2(config.learning_rate, scale)
 
         def loss_fn(params, batch, key):
             del key  # deterministic networks

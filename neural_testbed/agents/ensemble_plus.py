@@ -30,7 +30,6 @@ from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from neural_testbed import base, networks
 from neural_testbed.agents import ensemble, training
@@ -176,9 +175,7 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
         decay = training.weight_decay_scale(
             config.l2_weight_decay, prior, config.adaptive_weight_scale, config.num_ensemble
         )
-        optimizer = optax.chain(
-            optax.add_decayed_weights(2 * decay), optax.adam(config.learning_rate)
-        )
+        optimizer = training.adam_with_l2(config.learning_rate, decay)
 
         def loss_fn(params, batch, key):
             del key  # deterministic networks

@@ -192,9 +192,7 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
         decay = training.weight_decay_scale(
             config.l2_weight_decay, prior, config.adaptive_weight_scale
         )
-        optimizer = optax.chain(
-            optax.add_decayed_weights(2 * decay), optax.adam(config.learning_rate)
-        )
+        optimizer = training.adam_with_l2(config.learning_rate, decay)
 
         def loss_fn(params, batch, key):
             ids = batch.x  # [batch] ids of the drawn training points

@@ -52,11 +52,7 @@ def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
         scale = training.weight_decay_scale(
             config.l2_weight_decay, prior, config.adaptive_weight_scale
         )
-        # add_decayed_weights(2 s) before Adam adds the gradient of s |params|^2,
-        # i.e. the reference's L2 loss term (coupled, not decoupled, decay).
-        optimizer = optax.chain(
-            optax.add_decayed_weights(2 * scale), optax.adam(config.learning_rate)
-        )
+        optimizer = training.adam_with_l2(config.learning_rate, scale)
 
         def loss_fn(params, batch, key):
             del key  # deterministic network

@@ -11,7 +11,7 @@ import optax
 
 from neural_testbed import base
 
-__all__ = ["check_training_fields", "train_minibatch", "weight_decay_scale"]
+__all__ = ["adam_with_l2", "check_training_fields", "train_minibatch", "weight_decay_scale"]
 
 Params = Any
 LossFn = Callable[[Params, base.Data, jax.Array], jax.Array]  # (params, batch, key) -> loss
@@ -32,6 +32,16 @@ def weight_decay_scale(
     if adaptive_weight_scale:
         scale = scale * prior.input_dim * jnp.sqrt(prior.temperature)
     return scale
+
+
+def adam_with_l2(learning_rate: float, scale) -> optax.GradientTransformation:
+    """Adam on the loss plus ``scale * |params|^2``: the reference's L2 term.
+
+    ``add_decayed_weights(2 * scale)`` before Adam adds that term's gradient,
+    i.e. coupled L2 (the gradient goes through Adam's normalisation), not
+    decoupled weight decay as in AdamW.
+    """
+    return optax.chain(optax.add_decayed_weights(2 * scale), optax.adam(learning_rate))
 
 
 def train_minibatch(
