@@ -1,4 +1,4 @@
-"""Core types: data, prior knowledge, the agent protocols and result rows.
+"""Core types: data, prior knowledge, the problem and agent protocols, result rows.
 
 An agent is an *epistemic neural network* (ENN): training returns a state
 pytree, and a posterior sample at inputs ``x`` is
@@ -10,8 +10,8 @@ pytree, and a posterior sample at inputs ``x`` is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Hashable
+from typing import Any, Literal, NamedTuple, Protocol
 
 import flax.struct
 import jax
@@ -21,9 +21,15 @@ __all__ = [
     "Agent",
     "Data",
     "EpistemicSampler",
+    "Metric",
     "PriorKnowledge",
+    "Problem",
+    "ProblemInstance",
+    "ProblemKeys",
     "ProblemResult",
+    "TestSamples",
     "as_sampler",
+    "problem_keys",
     "sampler_as_enn",
 ]
 
@@ -106,26 +112,131 @@ def as_sampler(enn: ENN, state: State) -> EpistemicSampler:
     return sampler
 
 
+Metric = Literal["kl", "nll"]  # d_KL where the exact likelihood is known, else NLL
+
+
+class TestSamples(NamedTuple):
+    """N independent test tau-samples, and the exact log-likelihood of their labels."""
+
+    x: jax.Array  # [num_test, tau, input_dim]
+    y: jax.Array  # [num_test, tau] int32
+    log_likelihood: jax.Array | None  # [num_test], or None where it is not known (real data)
+
+
+class ProblemInstance(NamedTuple):
+    """A problem's random draws, built inside ``jit`` (and ``vmap``-ed over problems)."""
+
+    data: Data  # the T training pairs
+    prior: PriorKnowledge  # what the agent is told
+    env: Any  # a pytree: whatever the problem's ``sample_test`` needs
+
+
+class Problem(Protocol):
+    """What the runner, the evaluator and the store need of one problem, whatever its family.
+
+    A problem is a static description (hashable, cheap); its random draws
+    come from :meth:`build`, a pure function of :meth:`build_args`, so that
+    problems of one ``shape`` are built, trained and evaluated together by
+    programs compiled once. The random-MLP classification problems are one
+    implementation (:mod:`neural_testbed.generative.mlp_classification`).
+    """
+
+    problem_id: str  # stable id, e.g. "classification_2d/17"
+    temperature: float  # a stratum coordinate (and the environment's temperature)
+    num_train: int  # T, a stratum coordinate
+    seed: int  # replicate index within its (temperature, T) stratum
+    input_dim: int
+    num_classes: int  # K
+    taus: tuple[int, ...]  # joint sizes it is evaluated at
+    num_test: int  # N, test tau-samples per tau
+    num_samples: int  # M, belief samples per test tau-sample
+
+    @property
+    def metric(self) -> Metric:
+        """``"kl"`` where ``sample_test`` gives exact log-likelihoods, else ``"nll"``."""
+        ...
+
+    @property
+    def shape(self) -> Hashable:
+        """Problems of one shape build, train and evaluate with one compilation."""
+        ...
+
+    @property
+    def key_seed(self) -> int:
+        """A 32-bit seed from which every random draw of the problem derives.
+
+        Split into (build, test, agent) keys; distinct problems must have
+        distinct seeds, so that they are independent.
+        """
+        ...
+
+    def build_args(self) -> Any:
+        """This problem's arrays for :meth:`build` (e.g. its temperature)."""
+        ...
+
+    def build(self, key: jax.Array, args: Any) -> ProblemInstance:
+        """Draws the instance from ``build_args()``; pure, jittable, vmappable.
+
+        Depends on ``self`` only through its ``shape``, so that one problem of
+        a shape can build the instances of all of them.
+        """
+        ...
+
+    def sample_test(self, key: jax.Array, env: Any, tau: int) -> TestSamples:
+        """Draws ``num_test`` test tau-samples of the instance with ``env``; jittable."""
+        ...
+
+    def instance(self) -> ProblemInstance:
+        """The instance, computed now (for plots, notebooks and tests)."""
+        ...
+
+
+class ProblemKeys(NamedTuple):
+    """The keys of a problem's random draws, all from its ``key_seed``."""
+
+    build: jax.Array  # environment and training data
+    test: jax.Array  # test tau-samples and the evaluator's draws; fold in tau
+    agent: jax.Array  # the agent's training; fold in the agent seed
+
+
+def problem_keys(key_seed: int | jax.Array) -> ProblemKeys:
+    """Splits a problem's ``key_seed`` into the keys of its draws."""
+    return ProblemKeys(*jax.random.split(jax.random.key(key_seed), 3))
+
+
 @dataclasses.dataclass(frozen=True)
 class ProblemResult:
-    """One evaluation of one trained agent on one problem at one tau."""
+    """One evaluation of one trained agent config on one problem at one tau.
+
+    Carries every key column of the results store, so a row means the same
+    wherever it was computed.
+    """
 
     agent: str
+    config_hash: str  # stable id of (agent, config)
+    config: str  # canonical JSON of the config
     problem_id: str
     temperature: float
     num_train: int
     seed: int
+    input_dim: int
+    num_classes: int
     tau: int
-    kl: float  # mean over test tau-samples of log p - log p_hat, in nats
+    num_test: int  # N
+    num_samples: int  # M
+    estimator: str  # the estimator setting ("auto", "monte_carlo", "partition")
+    agent_seed: int
+    metric: Metric  # what ``kl`` holds: d_KL, or the NLL where no exact likelihood exists
+    kl: float  # mean over test tau-samples, in nats
     kl_stderr: float  # its standard error over the test tau-samples
+    num_clipped: int  # infinite per-sample terms clipped to the largest finite one
     accuracy: float  # of the agent's mean prediction on the test inputs
     ece: float  # expected calibration error of the mean prediction, 15 bins
-    train_seconds: float
-    eval_seconds: float
+    train_seconds: float  # training, compilation excluded
+    compile_seconds: float  # compiling this problem's share of the programs (0 when reused)
+    eval_seconds: float  # evaluating at this tau, compilation excluded
     status: str = "ok"  # "ok" or "failed"
     error: str = ""  # what went wrong when status == "failed"
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-

@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from neural_testbed import memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
@@ -104,17 +105,27 @@ def _parser() -> argparse.ArgumentParser:
                        help="global: one config per agent minimising d_KL^agg; per-setting: the "
                             "best config per (temperature, T), as the paper's Figure 2")
     board.add_argument("--baseline", default="mlp", help="agent to normalise by (default: mlp)")
+    board.add_argument("--selection", default="same", choices=list(scoring.SELECTIONS),
+                       help="same: choose configs and report on every problem (default; "
+                            "flatters agents with large sweeps); held-out: choose on the first "
+                            "half of each setting's seeds, report on the other half")
 
     compare = commands.add_parser(
         "compare", parents=[common, db, sweep_choice, fmt],
         help="paired comparison of an agent against baselines",
-        description="Per (temperature, T) and tau: the mean KL difference agent - baseline, "
-                    "paired by problem, its standard error, and whether a paired t-test finds "
-                    "the agent better or worse at the 5%% level. Each agent uses its globally "
-                    "tuned config.")
+        description="First, per baseline and tau, the mean KL difference agent - baseline "
+                    "over every problem of the sweep, paired by problem, with its standard "
+                    "error (stratified by (temperature, T)) and a two-sided t-test p-value "
+                    "(df = pairs - settings); then the same per (temperature, T) and tau, "
+                    "with a paired t-test verdict at the 5% level. Each agent uses its "
+                    "globally tuned config.")
     compare.add_argument("--agent", required=True, help="the agent to compare")
     compare.add_argument("--baseline", action="append", default=None,
                          help="a baseline agent; repeatable (default: mlp)")
+    compare.add_argument("--selection", default="same", choices=list(scoring.SELECTIONS),
+                         help="same: choose configs and compare on every problem (default); "
+                              "held-out: choose on the first half of each setting's seeds, "
+                              "compare on the other half")
 
     plot = commands.add_parser(
         "plot", parents=[common, db, sweep_choice],
@@ -293,20 +304,25 @@ def _stored_rows(args) -> list[dict[str, Any]]:
     return rows
 
 
-_BOARD_COLUMNS = ("agent", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_100", "kl_100_stderr",
-                  "kl_100_norm", "kl_agg", "accuracy", "ece", "seconds_per_problem", "problems",
-                  "of", "flag", "config_hash", "config")
+_BOARD_COLUMNS = ("agent", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_1_norm_stderr", "kl_100",
+                  "kl_100_stderr", "kl_100_norm", "kl_100_norm_stderr", "kl_agg", "accuracy",
+                  "ece", "seconds_per_problem", "problems", "of", "clipped", "flag", "metric",
+                  "selection", "config_hash", "config")
 
 
 def _cmd_leaderboard(args) -> int:
     problems = problems_lib.get_sweep(args.sweep)
     records, warnings = scoring.score_agents(_stored_rows(args), problems, args.tuning,
-                                             args.baseline)
+                                             args.baseline, args.selection)
     if not records:
         raise store_lib.StoreError(f"{args.db!r} has no successful results for the "
                                    f"{args.sweep!r} sweep")
     for warning in warnings:
         print(f"note: {warning}", file=sys.stderr)
+    # On stdout only for the terminal table: CSV and Markdown carry a selection column.
+    print(f"tuning: {args.tuning}; selection: {args.selection}: "
+          f"{scoring.SELECTIONS[args.selection]}",
+          file=sys.stdout if args.format == "table" else sys.stderr)
     print(scoring.format_records(records, args.format, _BOARD_COLUMNS))
     return 0
 
@@ -316,15 +332,29 @@ def _cmd_compare(args) -> int:
     baselines = args.baseline or ["mlp"]
     for name in (args.agent, *baselines):
         registry.get_agent(name)
-    records = scoring.compare_agents(_stored_rows(args), problems, args.agent, baselines)
-    print(scoring.format_records(records, args.format))
-    if args.format == "table":
-        for name in baselines:
-            mine = [r for r in records if r["baseline"] == name]
-            better = sum(r["verdict"] == "better" for r in mine)
-            worse = sum(r["verdict"] == "worse" for r in mine)
-            print(f"{args.agent} vs {name}: significantly better in {better}, worse in {worse} "
-                  f"of {len(mine)} (setting, tau) cells (paired t-test, 5%)")
+    records = scoring.compare_agents(_stored_rows(args), problems, args.agent, baselines,
+                                     args.selection)
+    print(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}",
+          file=sys.stdout if args.format == "table" else sys.stderr)
+    if args.format != "table":
+        print(scoring.format_records(records, args.format))
+        return 0
+    pooled = [r for r in records if r["scope"] == "pooled"]
+    cells = [r for r in records if r["scope"] == "setting"]
+    print(f"{args.agent} - baseline, pooled over the {args.sweep} sweep (stratified by "
+          "(temperature, T); two-sided t-test, df = pairs - settings):")
+    print(scoring.format_records(pooled, "table", ("baseline", "tau", "kl_diff", "stderr",
+                                                   "p_value", "pairs", "df", "verdict", "flag")))
+    print(f"\n{args.agent} - baseline per (temperature, T) (paired t-test, df = pairs - 1):")
+    print(scoring.format_records(cells, "table", ("baseline", "temperature", "num_train", "tau",
+                                                  "kl_diff", "stderr", "p_value", "pairs",
+                                                  "verdict", "flag")))
+    for name in baselines:
+        mine = [r for r in cells if r["baseline"] == name]
+        better = sum(r["verdict"] == "better" for r in mine)
+        worse = sum(r["verdict"] == "worse" for r in mine)
+        print(f"{args.agent} vs {name}: significantly better in {better}, worse in {worse} "
+              f"of {len(mine)} (setting, tau) cells (paired t-test, 5%)")
     return 0
 
 
@@ -384,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``neural-testbed`` command; returns the exit status."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    memory.keep_freed_memory()  # the command owns its process; see memory.py
     try:
         plugins.load_entry_points()
         for module in args.imports:

@@ -14,6 +14,9 @@ default) and ``c = 1`` otherwise. The prior is either a Gaussian
 the paper's scale mixture ``pi N(0, sigma_1^2) + (1 - pi) N(0, sigma_2^2)``,
 whose KL has no closed form and is estimated by Monte Carlo with the same
 weight draws as the likelihood (``log q(w) - log p(w)``, as in the paper).
+The posterior starts with the means of a freshly initialised MLP (fan-in
+scaled weights, zero biases) and stddev ``init_stddev`` everywhere, as in the
+reference testbed; ``docs/differences_agents.md`` lists what still differs.
 
 A posterior sample is one network: the ENN index is the key of its weight
 noise ``eps``, drawn once for all inputs of a call.
@@ -53,7 +56,11 @@ _WEIGHT_PRIORS = ("gaussian", "scale_mixture")
 
 @dataclasses.dataclass(frozen=True)
 class BBBConfig:
-    """Hyperparameters of the Bayes-by-backprop agent (the testbed's defaults)."""
+    """Hyperparameters of the Bayes-by-backprop agent.
+
+    Every default is the reference testbed's: its BBB factory's config, the
+    initial posterior stddev of its ENN (0.01) and its trainer's batch size.
+    """
 
     hidden: tuple[int, ...] = (50, 50)  # hidden layer widths, ReLU
     learning_rate: float = 3e-3  # Adam step size
@@ -63,9 +70,9 @@ class BBBConfig:
     weight_prior: WeightPrior = "gaussian"  # "gaussian": analytic KL; "scale_mixture": MC KL
     sigma_1: float = 0.3  # stddev of the Gaussian prior, or of the mixture's first component
     sigma_2: float = 0.75  # stddev of the mixture's second component (scale_mixture only)
-    mixture_pi: float = 0.5  # weight pi of the first component, in [0, 1] (scale_mixture only)
+    mixture_pi: float = 1.0  # weight pi of the first component, in [0, 1] (scale_mixture only)
     adaptive_scale: bool = True  # multiply the KL term by d * sqrt(temperature)
-    init_stddev: float = 0.05  # posterior stddev of every weight at initialisation
+    init_stddev: float = 0.01  # posterior stddev of every weight and bias at initialisation
 
     def __post_init__(self):
         if self.weight_prior not in _WEIGHT_PRIORS:

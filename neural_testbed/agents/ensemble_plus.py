@@ -10,9 +10,12 @@ what a posterior should do. Optional bootstrap weights make each member fit a
 different random reweighting of the data, which spreads members where labels
 are noisy.
 
-With ``prior_scale=0`` and ``bootstrap="none"`` it is exactly the ensemble
-agent of the same size and seeds (both split their key with
-:func:`ensemble.split_keys`).
+As in the reference testbed, the trained members start with a nonzero
+first-layer bias, where the ensemble agent's start at zero; this bias is all
+that separates ``prior_scale=0, bootstrap="none"`` from the ensemble agent of
+the same size and seeds (both split their key with
+:func:`ensemble.split_keys`, and draw the same weights).
+``docs/differences_agents.md`` lists what still differs from the reference.
 
 References:
   Osband, Aslanides and Cassirer, "Randomized prior functions for deep
@@ -30,6 +33,7 @@ from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import ndtr, ndtri
 
 from neural_testbed import base, networks
 from neural_testbed.agents import ensemble, training
@@ -43,6 +47,7 @@ __all__ = [
     "check_bootstrap",
     "check_prior_options",
     "ensemble_plus_sweep",
+    "init_trained_members",
     "make_ensemble_plus_agent",
     "prior_function_scale",
 ]
@@ -128,6 +133,32 @@ def bootstrap_weights(
     return jnp.ones(shape, jnp.float32)
 
 
+def init_trained_members(
+    key: jax.Array, num_members: int, input_dim: int, layer_sizes: tuple[int, ...]
+) -> networks.MLPParams:
+    """The trained members' initialisation: the ensemble agent's, with the reference's first bias.
+
+    The reference's ensemble+ network draws its first layer's bias like its
+    weights, a normal cut at two standard deviations with stddev
+    ``1 / sqrt(input_dim)``, where its plain ensemble starts that bias at
+    zero. The weights are :func:`ensemble.init_members`' draws from the same
+    key, so the two agents' members differ only in that bias.
+
+    Returns:
+      The parameters of all members; every leaf has a leading
+      ``[num_members]`` axis.
+    """
+    stddev = 1.0 / input_dim**0.5
+    params = ensemble.init_members(key, num_members, input_dim, layer_sizes, stddev)
+    # init_members draws this bias N(0, stddev^2) from a key its weights do not
+    # use; sending it through the normal CDF and then the inverse CDF of the
+    # normal restricted to [-2, 2] turns it into an exact truncated-normal draw
+    # (the inverse-CDF method jax.random.truncated_normal itself uses).
+    lower = ndtr(-2.0)
+    u = lower + (1.0 - 2.0 * lower) * ndtr(params[0]["b"] / stddev)
+    return [{**params[0], "b": stddev * ndtri(u)}, *params[1:]]
+
+
 class EnsemblePlusState(NamedTuple):
     """A trained ensemble+ agent."""
 
@@ -140,7 +171,7 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
     """Builds the ensemble+ agent.
 
     Member ``m`` outputs ``f_m(x) + s * p_m(x)``: ``f_m`` an MLP of widths
-    ``config.hidden`` trained from its own initialisation, ``p_m`` a fixed
+    ``config.hidden`` trained from :func:`init_trained_members`, ``p_m`` a fixed
     random MLP drawn like the environment's network (same widths, same
     initialisation), ``s`` from :func:`prior_function_scale`. The loss is the
     mean over members and minibatch points of the bootstrap-weighted
@@ -157,7 +188,7 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
     ) -> EnsemblePlusState:
         keys = ensemble.split_keys(key)
         num_train = data.x.shape[0]
-        params = ensemble.init_members(
+        params = init_trained_members(
             keys.init, config.num_ensemble, prior.input_dim, (*config.hidden, prior.num_classes)
         )
         prior_params = ensemble.init_members(

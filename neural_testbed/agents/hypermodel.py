@@ -3,11 +3,16 @@
 An ensemble needs one trained network per sample of its belief; a hypermodel
 trains one map from a continuous index ``z`` to network parameters, so it can
 produce as many distinct networks as are asked for. Here the map is linear,
-``theta(z) = a z + b`` with ``z ~ N(0, I_k) / sqrt(k)``, over the parameters
-of an MLP (50, 50). As in ensemble+, a fixed random prior is added to its
-output, here itself a linear hypermodel over a small MLP, so that networks of
+``theta(z) = a z + b`` with ``z ~ N(0, I_k) / sqrt(k)``, over every parameter
+(biases included) of an MLP (50, 50). As in ensemble+, a fixed random prior is
+added to its output, here itself a linear hypermodel over a small MLP, each of
+whose layers is driven by its own slice of the index, so that networks of
 different indices keep disagreeing away from the data. The loss averages the
 cross-entropy over many indices sampled at each step.
+
+Both hypermodels are initialised as in the reference testbed (its hypermodel
+factory over the ENN library's ``MLPHypermodelPriorIndependentLayers``);
+``docs/differences_agents.md`` lists what still differs.
 
 References:
   Dwaracherla, Lu, Ibrahimi, Osband, Wen and Van Roy, "Hypermodels for
@@ -25,6 +30,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.scipy.special import log_ndtr
 
@@ -40,6 +46,8 @@ __all__ = [
     "generate_params",
     "hypermodel_sweep",
     "init_linear_hypermodel",
+    "init_prior_hypermodel",
+    "layer_index_slices",
     "make_hypermodel_agent",
     "sample_index",
 ]
@@ -84,27 +92,81 @@ class HypermodelState(NamedTuple):
     """A trained hypermodel agent."""
 
     params: LinearHypermodel  # trained, over an MLP of widths (*hidden, K)
-    prior_params: LinearHypermodel  # fixed, never trained, over (*prior_hidden, K)
+    prior_params: LinearHypermodel  # fixed, never trained, over (*prior_hidden, K); b = 0
     prior_scale: jax.Array  # float32 scalar, from ensemble_plus.prior_function_scale
 
 
-def init_linear_hypermodel(
-    key: jax.Array,
-    input_dim: int,
-    layer_sizes: Sequence[int],
-    index_dim: int,
-    first_bias_stddev: float = 0.0,
-) -> LinearHypermodel:
-    """Draws a linear hypermodel whose networks start like :func:`networks.init_mlp`'s.
+def _mlp_shapes(input_dim: int, layer_sizes: Sequence[int]) -> list[dict[str, tuple[int, ...]]]:
+    """The shape of each leaf of an MLP's parameters, in the layout of :func:`networks.init_mlp`."""
+    sizes = (input_dim, *layer_sizes)
+    return [{"w": (fan_in, fan_out), "b": (fan_out,)} for fan_in, fan_out in zip(sizes, sizes[1:])]
 
-    The ``index_dim`` columns of ``a`` are independent ``init_mlp`` draws and
-    ``b = 0``, so since ``E|z|^2 = 1`` every generated parameter has the
-    variance ``init_mlp`` gives it, and different indices give different
-    networks from the start.
+
+def init_linear_hypermodel(
+    key: jax.Array, input_dim: int, layer_sizes: Sequence[int], index_dim: int
+) -> LinearHypermodel:
+    """Draws the trained hypermodel as the reference initialises it.
+
+    The reference generates every parameter of the base MLP, weights and
+    biases alike, with a default Haiku linear layer of the index and uses the
+    output unscaled (its ``scale=False``): each coefficient of ``a`` is a
+    truncated normal (cut at two standard deviations) with stddev
+    ``1 / sqrt(index_dim)`` and the offset ``b`` is zero. With ``E|z|^2 = 1``,
+    every generated parameter, whatever its layer's fan-in, has variance
+    ``0.774 / index_dim`` over indices and draws of ``a`` (0.774 is the
+    variance of the unit normal cut at +-2), and biases differ between indices
+    from the start.
     """
-    a = jax.vmap(
-        lambda k: networks.init_mlp(k, input_dim, layer_sizes, first_bias_stddev), out_axes=-1
-    )(jax.random.split(key, index_dim))
+    shapes = _mlp_shapes(input_dim, layer_sizes)
+    keys = iter(jax.random.split(key, 2 * len(shapes)))
+    a = [
+        {name: jax.random.truncated_normal(next(keys), -2.0, 2.0, (*shape, index_dim))
+         / jnp.sqrt(index_dim) for name, shape in layer.items()}
+        for layer in shapes
+    ]
+    b = jax.tree.map(lambda leaf: jnp.zeros(leaf.shape[:-1], leaf.dtype), a)
+    return LinearHypermodel(a=a, b=b)
+
+
+def layer_index_slices(index_dim: int, num_layers: int) -> list[np.ndarray]:
+    """The index coordinates that drive each layer of the prior hypermodel.
+
+    The reference splits the index into ``num_layers`` consecutive chunks of
+    near-equal size (``np.array_split``: the first chunks take the remainder),
+    so that the layers of one prior network are drawn independently; with
+    fewer coordinates than layers every layer uses the whole index.
+    """
+    if index_dim < num_layers:
+        return [np.arange(index_dim)] * num_layers
+    return np.array_split(np.arange(index_dim), num_layers)
+
+
+def init_prior_hypermodel(
+    key: jax.Array, input_dim: int, layer_sizes: Sequence[int], index_dim: int
+) -> LinearHypermodel:
+    """Draws the fixed prior hypermodel of the reference (per-layer index slices).
+
+    Layer ``l`` is generated from its slice ``z_l`` of the index alone
+    (:func:`layer_index_slices`): each weight is ``u . z_l / sqrt(fan_in)``
+    and each bias, the output layer's included, ``v . z_l``, with ``u``,
+    ``v`` fixed random unit vectors and no offset. So for
+    ``z ~ N(0, I_k) / sqrt(k)`` every generated prior weight is exactly
+    ``N(0, 1 / (k fan_in))`` and every bias ``N(0, 1 / k)``. It is returned as
+    a linear hypermodel whose coefficients are zero outside each layer's
+    slice, so it is applied like the trained one.
+    """
+    shapes = _mlp_shapes(input_dim, layer_sizes)
+    slices = layer_index_slices(index_dim, len(shapes))
+    keys = iter(jax.random.split(key, 2 * len(shapes)))
+    a = []
+    for layer, coords in zip(shapes, slices):
+        scales = {"w": 1.0 / np.sqrt(layer["w"][0]), "b": 1.0}
+        coefs = {}
+        for name, shape in layer.items():
+            u = jax.random.normal(next(keys), (*shape, len(coords)))
+            u = scales[name] * u / jnp.linalg.norm(u, axis=-1, keepdims=True)
+            coefs[name] = jnp.zeros((*shape, index_dim)).at[..., coords].set(u)
+        a.append(coefs)
     b = jax.tree.map(lambda leaf: jnp.zeros(leaf.shape[:-1], leaf.dtype), a)
     return LinearHypermodel(a=a, b=b)
 
@@ -161,8 +223,8 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
     """Builds the hypermodel agent.
 
     Index ``z`` gives ``f(x; a z + b) + s * f_prior(x; a' z)``, where ``a, b``
-    are trained, ``a'`` is a fixed random draw (first-layer bias scaled like
-    the environment's), and ``s`` is from
+    are trained from :func:`init_linear_hypermodel`, ``a'`` is the fixed
+    draw of :func:`init_prior_hypermodel`, and ``s`` is from
     :func:`ensemble_plus.prior_function_scale`. At each step the loss is the
     bootstrap-weighted cross-entropy averaged over the minibatch and over
     ``num_index_samples`` fresh indices, plus ``lambda / T`` weight decay on
@@ -181,9 +243,8 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
         params = init_linear_hypermodel(
             init_key, prior.input_dim, (*config.hidden, prior.num_classes), index_dim
         )
-        prior_params = init_linear_hypermodel(
-            prior_key, prior.input_dim, (*config.prior_hidden, prior.num_classes), index_dim,
-            first_bias_stddev=1.0 / prior.input_dim**0.5,
+        prior_params = init_prior_hypermodel(
+            prior_key, prior.input_dim, (*config.prior_hidden, prior.num_classes), index_dim
         )
         scale = ensemble_plus.prior_function_scale(
             config.prior_scale, prior.temperature, config.temperature_scaling

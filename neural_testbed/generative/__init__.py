@@ -1,8 +1,8 @@
-"""Generative environments: problems with exact test log-likelihoods."""
+"""Problem families behind the problem protocol: random-MLP classification."""
 
 from neural_testbed.generative.mlp_classification import (
     Environment,
-    TestSamples,
+    MLPClassificationProblem,
     check_temperature,
     environment_logits,
     sample_environment,
@@ -12,7 +12,7 @@ from neural_testbed.generative.mlp_classification import (
 
 __all__ = [
     "Environment",
-    "TestSamples",
+    "MLPClassificationProblem",
     "check_temperature",
     "environment_logits",
     "sample_environment",

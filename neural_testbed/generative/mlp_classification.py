@@ -4,6 +4,8 @@ Inputs are ``x ~ N(0, I_d)``; a random ReLU MLP ``d -> 50 -> 50 -> K`` (fan-in
 scaled truncated-normal weights, first-layer bias ``N(0, 1/d)``, other biases
 zero) gives logits, which are divided by a temperature; labels are drawn from
 the softmax of the result. Everything here is a pure function of a PRNG key.
+:class:`MLPClassificationProblem` puts the environment behind the problem
+protocol of :mod:`neural_testbed.base`.
 
 Reference: Osband et al., "Evaluating predictive distributions: does Bayesian
 deep learning work?" (the Neural Testbed), section 3.
@@ -11,6 +13,9 @@ deep learning work?" (the Neural Testbed), section 3.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -22,7 +27,7 @@ from neural_testbed import base, networks
 
 __all__ = [
     "Environment",
-    "TestSamples",
+    "MLPClassificationProblem",
     "check_temperature",
     "environment_logits",
     "sample_environment",
@@ -37,13 +42,6 @@ class Environment(NamedTuple):
     params: networks.MLPParams
     temperature: jax.Array | float  # > 0; logits are divided by it
 
-
-class TestSamples(NamedTuple):
-    """N independent test tau-samples with their exact log-likelihoods."""
-
-    x: jax.Array  # [num_test, tau, input_dim]
-    y: jax.Array  # [num_test, tau] int32
-    log_likelihood: jax.Array  # [num_test]: sum over tau of log P(y | env, x)
 
 
 def _check_positive_int(name: str, value: int) -> None:
@@ -110,7 +108,7 @@ def sample_train_data(key: jax.Array, env: Environment, num_train: int) -> base.
 
 def sample_test_data(
     key: jax.Array, env: Environment, num_test: int, tau: int
-) -> TestSamples:
+) -> base.TestSamples:
     """Draws ``num_test`` independent tau-samples and their exact log-likelihoods.
 
     Each tau-sample is tau inputs drawn i.i.d. from ``N(0, I)`` with labels from
@@ -125,4 +123,94 @@ def sample_test_data(
     log_probs = jax.nn.log_softmax(logits)
     log_lik = jnp.take_along_axis(log_probs, y[..., None], axis=-1)[..., 0].sum(-1)
     chex.assert_shape([y, log_lik], [(num_test, tau), (num_test,)])
-    return TestSamples(x=x, y=y, log_likelihood=log_lik)
+    return base.TestSamples(x=x, y=y, log_likelihood=log_lik)
+
+
+# Changing how a problem's randomness derives from its definition changes every
+# number; the results store refuses rows of another problem version.
+PROBLEM_VERSION = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class MLPClassificationProblem:
+    """One random-MLP classification problem and its evaluation settings.
+
+    Every (temperature, T, seed) draws its environment, training data and test
+    data from its own key (a hash of its definition), so the problems of a
+    sweep are independent: no two share an environment, and the training
+    inputs of one T are not a prefix of another's.
+    """
+
+    problem_id: str  # stable id, e.g. "classification_2d/17"
+    temperature: float  # > 0; 0.01, 0.1, 0.5 = high, medium, low SNR
+    num_train: int  # T, number of training pairs
+    seed: int  # replicate index within its (temperature, T) setting
+    input_dim: int = 2  # d
+    num_classes: int = 2  # K
+    env_hidden: tuple[int, ...] = (50, 50)  # environment MLP hidden widths
+    taus: tuple[int, ...] = (1, 100)  # joint sizes it is evaluated at
+    num_test: int = 1000  # N, test tau-samples per tau
+    num_samples: int = 1000  # M, samples drawn from the agent's belief per test sample
+
+    metric = "kl"  # the exact likelihood is known
+
+    def __post_init__(self):
+        check_temperature(self.temperature)
+        for name in ("num_train", "input_dim", "num_test", "num_samples"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                label = "num_train (T)" if name == "num_train" else name
+                raise ValueError(f"{self.problem_id}: {label} must be an integer >= 1, "
+                                 f"got {value!r}")
+        if not isinstance(self.num_classes, int) or self.num_classes < 2:
+            raise ValueError(f"{self.problem_id}: num_classes must be an integer >= 2, "
+                             f"got {self.num_classes!r}")
+        if not self.taus or any(not isinstance(t, int) or t < 1 for t in self.taus):
+            raise ValueError(f"{self.problem_id}: every tau must be an integer >= 1, "
+                             f"got {self.taus!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"{self.problem_id}: seed must be an integer >= 0, got {self.seed!r}")
+
+    @property
+    def shape(self) -> tuple:
+        return ("mlp_classification", self.input_dim, self.num_classes, self.num_train,
+                self.env_hidden, self.taus, self.num_test, self.num_samples)
+
+    @property
+    def key_seed(self) -> int:
+        """A 32-bit seed that is a stable hash of what defines the problem's draws."""
+        definition = (f"mlp_classification/v{PROBLEM_VERSION}/d={self.input_dim}/"
+                      f"K={self.num_classes}/hidden={self.env_hidden}/"
+                      f"temperature={self.temperature!r}/T={self.num_train}/seed={self.seed}")
+        return int.from_bytes(hashlib.sha256(definition.encode()).digest()[:4], "little")
+
+    def build_args(self) -> dict[str, jax.Array]:
+        return {"temperature": jnp.float32(self.temperature)}
+
+    def build(self, key: jax.Array, args) -> base.ProblemInstance:
+        env_key, train_key = jax.random.split(key)
+        env = sample_environment(env_key, args["temperature"], self.input_dim,
+                                 self.num_classes, self.env_hidden)
+        prior = base.PriorKnowledge(
+            input_dim=self.input_dim, num_classes=self.num_classes, num_train=self.num_train,
+            env_hidden=self.env_hidden, temperature=args["temperature"])
+        return base.ProblemInstance(sample_train_data(train_key, env, self.num_train), prior, env)
+
+    def sample_test(self, key: jax.Array, env: Environment, tau: int) -> base.TestSamples:
+        return sample_test_data(key, env, self.num_test, tau)
+
+    def instance(self) -> base.ProblemInstance:
+        """The problem's environment, training data and prior knowledge, computed now.
+
+        Example:
+          >>> problem = leaderboard.get_sweep("paper")["classification_2d/17"]
+          >>> data, prior, env = problem.instance()
+        """
+        template = dataclasses.replace(self, problem_id="", temperature=1.0, seed=0)
+        return _build_jit(template, base.problem_keys(self.key_seed).build, self.build_args())
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _build_jit(template: MLPClassificationProblem, key, args) -> base.ProblemInstance:
+    """Compiled once per shape: ``template`` carries only the shape's fields."""
+    return template.build(key, args)

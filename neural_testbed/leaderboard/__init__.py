@@ -7,9 +7,7 @@ from neural_testbed.leaderboard.problems import (
     get_sweep,
     load_problem,
     prior_knowledge,
-    problem_keys,
 )
-from neural_testbed.leaderboard.runner import run_agent
 from neural_testbed.leaderboard.scoring import (
     compare_agents,
     format_records,
@@ -18,7 +16,7 @@ from neural_testbed.leaderboard.scoring import (
     score_candidates,
 )
 from neural_testbed.leaderboard.store import DEFAULT_DB, ResultsStore, StoreError
-from neural_testbed.leaderboard.sweep import SweepSummary, run_sweep
+from neural_testbed.leaderboard.sweep import SweepSummary, run_agent, run_sweep
 
 __all__ = [
     "DEFAULT_DB",
@@ -35,7 +33,6 @@ __all__ = [
     "leaderboard_frame",
     "load_problem",
     "prior_knowledge",
-    "problem_keys",
     "results_frame",
     "run_agent",
     "run_sweep",

@@ -17,11 +17,9 @@ import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from neural_testbed import base
+from neural_testbed import base, memory
 from neural_testbed.agents import plugins, registry
-from neural_testbed.leaderboard import problems as problems_lib
-from neural_testbed.leaderboard import runner
-from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.leaderboard import configs, runner
 
 __all__ = ["BACKENDS", "WorkUnit", "compute_unit", "execute"]
 
@@ -35,7 +33,7 @@ class WorkUnit:
 
     agent: str
     config: Any
-    problems: tuple[problems_lib.Problem, ...]
+    problems: tuple[base.Problem, ...]
     estimator: str = "auto"
     agent_seed: int = 0
     pad_to: int = 0  # pad the batch to this many problems (0 = its own size)
@@ -47,15 +45,17 @@ _RUNNERS: collections.OrderedDict = collections.OrderedDict()
 _MAX_RUNNERS = 8
 
 
-def _batch_runner(unit: WorkUnit) -> runner.BatchRunner:
-    key = (unit.agent, store_lib.config_hash(unit.agent, unit.config), unit.problems[0].shape,
-           unit.estimator, unit.agent_seed)
+def _batch_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunner:
+    key = (unit.agent, configs.config_hash(unit.agent, unit.config), unit.problems[0].shape,
+           unit.estimator, unit.agent_seed, id(agent))
     if key in _RUNNERS:
         _RUNNERS.move_to_end(key)
         return _RUNNERS[key]
-    agent = registry.get_agent(unit.agent).make(unit.config)
-    made = runner.BatchRunner(agent, unit.problems[0], unit.estimator, unit.agent_seed)
-    _RUNNERS[key] = made
+    if agent is None:
+        agent = registry.get_agent(unit.agent).make(unit.config)
+    made = runner.BatchRunner(agent, unit.agent, unit.config, unit.problems[0], unit.estimator,
+                              unit.agent_seed)
+    _RUNNERS[key] = made  # holds ``agent``, so its id is not reused while cached
     if len(_RUNNERS) > _MAX_RUNNERS:
         _RUNNERS.popitem(last=False)
     return made
@@ -63,26 +63,32 @@ def _batch_runner(unit: WorkUnit) -> runner.BatchRunner:
 
 def failed_rows(unit: WorkUnit, error: str) -> list[base.ProblemResult]:
     """Failed rows for every (problem, tau) of a unit that could not run at all."""
-    nan = float("nan")
-    return [
-        base.ProblemResult(unit.agent, p.problem_id, p.temperature, p.num_train, p.seed, tau,
-                           nan, nan, nan, nan, nan, nan, "failed", error)
-        for p in unit.problems for tau in p.taus
-    ]
+    return runner.failed_rows(unit.agent, unit.config, unit.problems, unit.estimator,
+                              unit.agent_seed, error)
 
 
-def compute_unit(unit: WorkUnit) -> list[base.ProblemResult]:
-    """The rows of a work unit; failures become failed rows, never exceptions."""
+def compute_unit(unit: WorkUnit, agent: base.Agent | None = None) -> list[base.ProblemResult]:
+    """The rows of a work unit; failures become failed rows, never exceptions.
+
+    Args:
+      unit: the work.
+      agent: the agent to run; None builds it from the registry (workers,
+        Ray tasks), so only registered agents run outside this process.
+    """
     try:
-        made = _batch_runner(unit)
+        made = _batch_runner(unit, agent)
     except Exception as error:  # building the agent failed: every problem fails
         return failed_rows(unit, f"{type(error).__name__}: {error}")
     size = max(unit.pad_to, len(unit.problems))
-    return runner.run_batch(made, list(unit.problems), size, unit.agent)
+    return runner.run_batch(made, list(unit.problems), size, unit.config)
 
 
 def _init_worker(imports: Sequence[str]) -> None:
-    """Spawned workers start empty: register plug-in and --import agents again."""
+    """Spawned workers start empty: register plug-in and --import agents again.
+
+    A worker process is ours, so it also gets the evaluator's allocator tuning.
+    """
+    memory.keep_freed_memory()
     plugins.load_entry_points()
     for module in imports:
         plugins.import_agent_module(module)
@@ -177,6 +183,7 @@ def execute(
     workers: int = 1,
     address: str | None = None,
     imports: Sequence[str] = (),
+    agent: base.Agent | None = None,
 ) -> Iterator[tuple[WorkUnit, list[base.ProblemResult]]]:
     """Yields ``(unit, rows)`` as units finish, in any order.
 
@@ -188,13 +195,18 @@ def execute(
       workers: local worker processes (1 = this process).
       address: a Ray cluster address.
       imports: modules that register user agents, imported in every worker.
+      agent: an agent object to run instead of the registered one (this
+        process only: backend "local" with one worker).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if agent is not None and (backend != "local" or workers != 1):
+        raise ValueError("an agent object runs in this process only (backend 'local', 1 "
+                         "worker); register it to run it on workers or Ray")
     if backend == "ray":
         return _ray(units, workers, address, imports)
     if workers == 1:
-        return ((unit, compute_unit(unit)) for unit in units)
+        return ((unit, compute_unit(unit, agent)) for unit in units)
     return _local_workers(units, workers, imports)

@@ -35,18 +35,25 @@ def results_frame(db: str = store_lib.DEFAULT_DB):
 
 
 def leaderboard_frame(db: str = store_lib.DEFAULT_DB, sweep: str = "quick",
-                      tuning: str = "global", baseline: str = "mlp"):
+                      tuning: str = "global", baseline: str = "mlp", selection: str = "same"):
     """One row per agent: the ``neural-testbed leaderboard`` table.
 
     Example:
-      >>> leaderboard_frame("results.db", sweep="paper", tuning="per-setting")
+      >>> leaderboard_frame("results.db", sweep="paper", tuning="per-setting",
+      ...                   selection="held-out")
     """
-    records, _ = scoring.score_agents(_rows(db), problems_lib.get_sweep(sweep), tuning, baseline)
+    records, _ = scoring.score_agents(_rows(db), problems_lib.get_sweep(sweep), tuning, baseline,
+                                      selection)
     return _pandas().DataFrame(records)
 
 
 def compare_frame(agent: str, baselines: Sequence[str] = ("mlp",),
-                  db: str = store_lib.DEFAULT_DB, sweep: str = "quick"):
-    """Paired KL differences per (temperature, T, tau): the ``neural-testbed compare`` table."""
-    records = scoring.compare_agents(_rows(db), problems_lib.get_sweep(sweep), agent, baselines)
+                  db: str = store_lib.DEFAULT_DB, sweep: str = "quick", selection: str = "same"):
+    """Paired KL differences: the ``neural-testbed compare`` table.
+
+    The ``scope == "pooled"`` rows (over the whole sweep, per baseline and tau)
+    come first, then one row per (baseline, temperature, T, tau).
+    """
+    records = scoring.compare_agents(_rows(db), problems_lib.get_sweep(sweep), agent, baselines,
+                                     selection)
     return _pandas().DataFrame(records)

@@ -92,9 +92,10 @@ def figure_normalised_kl(
 ) -> pathlib.Path:
     """The paper's Figure 2: each agent's KL divided by the baseline's, at tau = 1 and 100.
 
-    Bars carry their standard error (scaled like the mean). When no record has a
-    normalised value (no baseline results), the raw KL is drawn and the axis
-    label says so. Agents that miss problems are starred.
+    Bars carry their standard error (for a normalised value, the delta-method
+    error of the paired ratio). When no record has a normalised value (no
+    baseline results), the raw KL is drawn and the axis label says so. Agents
+    that miss problems (or clipped infinite KL terms) are starred.
 
     Args:
       records: ``scoring.score_agents(rows, problems, tuning="per-setting")[0]``.
@@ -115,11 +116,10 @@ def figure_normalised_kl(
         normalised = any(_finite(r[f"kl_{tau}_norm"]) for r in records)
         values, errors = [], []
         for r in records:
-            kl, se = r[f"kl_{tau}"], r.get(f"kl_{tau}_stderr", math.nan)
-            value = r[f"kl_{tau}_norm"] if normalised else kl
-            scale = value / kl if _finite(value) and _finite(kl) and kl != 0 else math.nan
-            values.append(value)
-            errors.append(se * scale if _finite(se) and _finite(scale) else 0.0)
+            name = f"kl_{tau}_norm" if normalised else f"kl_{tau}"
+            se = r.get(f"{name}_stderr", math.nan)
+            values.append(r[name])
+            errors.append(se if _finite(se) else 0.0)
         heights = [v if _finite(v) else 0.0 for v in values]
         bars = ax.bar(positions, heights, yerr=errors, capsize=3,
                       color=[colours[r["agent"]] for r in records], edgecolor="black",
@@ -135,7 +135,7 @@ def figure_normalised_kl(
         ax.set_xticks(positions, labels, rotation=30, ha="right")
         ax.set_ylim(0, max(h + e for h, e in zip(heights, errors)) * 1.15 or 1.0)
     if any(r.get("flag") for r in records):
-        figure.supxlabel("* scored on only part of the sweep's problems", fontsize=9)
+        figure.supxlabel("* flagged: missing problems or clipped KL terms", fontsize=9)
     return _save(figure, path)
 
 
@@ -323,9 +323,9 @@ def figure_agent_samples(
     if num_members < 1 or grid_size < 2:
         raise ValueError(f"need num_members >= 1 and grid_size >= 2, got {num_members} "
                          f"and {grid_size}")
-    env, data = problems_lib.load_problem(problem)
-    agent_key = jax.random.fold_in(problems_lib.problem_keys(problem.seed).agent, 0)
-    state = jax.jit(agent.train)(agent_key, data, problems_lib.prior_knowledge(problem))
+    data, prior, env = problem.instance()
+    agent_key = jax.random.fold_in(base.problem_keys(problem.key_seed).agent, 0)
+    state = jax.jit(agent.train)(agent_key, data, prior)
     axis = np.linspace(-_GRID_LIMIT, _GRID_LIMIT, grid_size)
     grid_x, grid_y = np.meshgrid(axis, axis)
     inputs = jnp.asarray(np.stack([grid_x.ravel(), grid_y.ravel()], axis=-1), jnp.float32)

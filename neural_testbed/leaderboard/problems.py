@@ -1,102 +1,49 @@
-"""Problem sweeps with stable ids, and the keys and data of each problem.
+"""Problem sweeps with stable ids.
 
-A problem is (temperature, T, seed) of the random-MLP environment, evaluated
-at each tau of ``taus``. Its environment, training data, test data and the
-agent's key all derive from its seed by explicit splitting, so the same
-problem gives the same numbers on every machine and in every sweep.
+A sweep maps problem ids to problems (see the problem protocol in
+:mod:`neural_testbed.base`). Every problem draws its environment, training
+data, test data and the agent's key from its own seed, so the same problem
+gives the same numbers on every machine and in every sweep, and no two
+problems share a draw.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import types
 from collections.abc import Mapping
-from typing import NamedTuple
 
 import jax
 
-from neural_testbed import base, generative
+from neural_testbed import base
+from neural_testbed.generative import mlp_classification
 
 __all__ = [
     "SWEEPS",
     "Problem",
-    "ProblemKeys",
     "get_sweep",
     "load_problem",
     "prior_knowledge",
-    "problem_keys",
 ]
 
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """One testbed problem and its evaluation settings."""
-
-    problem_id: str  # stable id, e.g. "classification_2d/17"
-    temperature: float  # > 0; 0.01, 0.1, 0.5 = high, medium, low SNR
-    num_train: int  # T, number of training pairs
-    seed: int  # environment seed: the same seed gives the same environment
-    input_dim: int = 2  # d
-    num_classes: int = 2  # K
-    env_hidden: tuple[int, ...] = (50, 50)  # environment MLP hidden widths
-    taus: tuple[int, ...] = (1, 100)  # joint sizes it is evaluated at
-    num_test: int = 1000  # N, test tau-samples per tau
-    num_samples: int = 1000  # M, samples drawn from the agent's belief
-
-    def __post_init__(self):
-        generative.check_temperature(self.temperature)
-        for name in ("num_train", "input_dim", "num_test", "num_samples"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                label = "num_train (T)" if name == "num_train" else name
-                raise ValueError(f"{self.problem_id}: {label} must be an integer >= 1, got {value!r}")
-        if not self.taus or any(not isinstance(t, int) or t < 1 for t in self.taus):
-            raise ValueError(f"{self.problem_id}: every tau must be an integer >= 1, got {self.taus!r}")
-
-    @property
-    def shape(self) -> tuple:
-        """Problems with the same shape train and evaluate with one compilation."""
-        return (self.input_dim, self.num_classes, self.num_train, self.env_hidden,
-                self.taus, self.num_test, self.num_samples)
+Problem = mlp_classification.MLPClassificationProblem
 
 
-class ProblemKeys(NamedTuple):
-    environment: jax.Array
-    train_data: jax.Array
-    test: jax.Array  # fold in tau for each evaluation
-    agent: jax.Array  # fold in the agent seed
-
-
-def problem_keys(seed: int | jax.Array) -> ProblemKeys:
-    """Splits a problem's seed into the keys of its random draws."""
-    return ProblemKeys(*jax.random.split(jax.random.key(seed), 4))
-
-
-def prior_knowledge(problem: Problem) -> base.PriorKnowledge:
-    """What the agent is told about ``problem``."""
-    return base.PriorKnowledge(
-        input_dim=problem.input_dim,
-        num_classes=problem.num_classes,
-        num_train=problem.num_train,
-        env_hidden=problem.env_hidden,
-        temperature=problem.temperature,
-    )
-
-
-def load_problem(problem: Problem) -> tuple[generative.Environment, base.Data]:
+def load_problem(problem: base.Problem) -> tuple[object, base.Data]:
     """The problem's environment and its T training pairs.
 
     Example:
       >>> problem = get_sweep("paper")["classification_2d/17"]
       >>> env, data = load_problem(problem)
     """
-    keys = problem_keys(problem.seed)
-    env = generative.sample_environment(
-        keys.environment, problem.temperature, problem.input_dim,
-        problem.num_classes, problem.env_hidden,
-    )
-    return env, generative.sample_train_data(keys.train_data, env, problem.num_train)
+    instance = problem.instance()
+    return instance.env, instance.data
+
+
+def prior_knowledge(problem: base.Problem) -> base.PriorKnowledge:
+    """What the agent is told about ``problem`` (with a Python float temperature)."""
+    prior = problem.instance().prior
+    return prior.replace(temperature=float(jax.device_get(prior.temperature)))
 
 
 _PAPER_TEMPERATURES = (0.01, 0.1, 0.5)

@@ -7,17 +7,25 @@ agent's d_KL^tau is the mean KL over the sweep's problems;
 paper's taus). Tuning picks, per agent, the candidate with the lowest d_KL^agg
 (``global``), or one per (temperature, T) setting (``per-setting``, as the
 paper's Figures 2 and 3). An agent that lacks results for some problems is
-scored on those it has and flagged, never silently.
+scored on those it has and flagged, never silently; so is an agent whose rows
+clipped infinite KL terms (``num_clipped > 0``), which flatters it.
+
+Statistics: the problems are independent and the (temperature, T) settings
+are fixed strata of about ten seeds each, so every standard error is the
+stratified one (see :func:`_stratified`); the spread *between* settings is
+the sweep's design, not noise.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "SELECTIONS",
     "TUNINGS",
     "compare_agents",
     "format_records",
@@ -28,15 +36,15 @@ __all__ = [
 
 TUNINGS = ("global", "per-setting")
 
-# Two-sided 95% quantiles of Student's t for small degrees of freedom (paired t-test).
-_T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
-          10: 2.23, 11: 2.20, 12: 2.18, 13: 2.16, 14: 2.14, 15: 2.13, 16: 2.12, 17: 2.11,
-          18: 2.10, 19: 2.09, 20: 2.09, 25: 2.06, 30: 2.04}
+# How configs are selected and reported; the value is what a table says about it.
+SELECTIONS: Mapping[str, str] = types.MappingProxyType({
+    "same": "configs chosen and scored on the same problems (optimistic for agents with "
+            "large sweeps)",
+    "held-out": "configs chosen on the first half of each (temperature, T) setting's seeds, "
+                "scored on the other half",
+})
 
-
-def _t_critical(df: int) -> float:
-    usable = [d for d in _T_975 if d <= df]
-    return _T_975[max(usable)] if df <= 30 else 1.96
+_LEVEL = 0.05  # significance level of the verdicts
 
 
 @dataclasses.dataclass
@@ -45,49 +53,150 @@ class _ProblemScore:
     accuracy: float = math.nan  # of the smallest tau's evaluation
     ece: float = math.nan
     seconds: float = 0.0  # train + every tau's evaluation
+    clipped: set[int] = dataclasses.field(default_factory=set)  # taus with num_clipped > 0
 
 
 Candidate = tuple[str, str, str, int]  # agent, config_hash, estimator, agent_seed
+Setting = tuple[float, int]  # (temperature, T): one stratum
 
 
-def _mean_se(values: Sequence[float]) -> tuple[float, float]:
-    n = len(values)
+def _setting(problem: Any) -> Setting:
+    return problem.temperature, problem.num_train
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _stratified(values: Iterable[tuple[Setting, float]]) -> tuple[float, float, int]:
+    """Mean of per-problem values, its stratified standard error, and the number of strata.
+
+    mean = sum_s (n_s/n) mean_s (the plain mean) and var = sum_s (n_s/n)^2 s2_s / n_s,
+    with s2_s the sample variance (ddof=1) over the problems of setting s. A setting
+    with a single problem has no variance estimate, and the stderr is then NaN: KL's
+    spread differs by orders of magnitude between settings, so borrowing another
+    setting's would be a guess.
+    """
+    groups: dict[Setting, list[float]] = {}
+    for setting, value in values:
+        groups.setdefault(setting, []).append(value)
+    n = sum(len(g) for g in groups.values())
     if n == 0:
+        return math.nan, math.nan, 0
+    mean = sum(sum(g) for g in groups.values()) / n
+    if any(len(g) < 2 for g in groups.values()):
+        return mean, math.nan, len(groups)
+    var = 0.0
+    for g in groups.values():
+        g_mean = _mean(g)
+        s2 = sum((v - g_mean) ** 2 for v in g) / (len(g) - 1)
+        var += (len(g) / n) ** 2 * s2 / len(g)
+    return mean, math.sqrt(var), len(groups)
+
+
+def _ratio(mine: Mapping[str, _ProblemScore], base: Mapping[str, _ProblemScore], tau: int,
+           problems: Mapping[str, Any]) -> tuple[float, float]:
+    """R = A / B over the problems both cover, with its delta-method standard error.
+
+    Pairing by problem lets the shared difficulty of a problem cancel:
+    var(R) ~ (var(A) - 2 R cov(A, B) + R^2 var(B)) / B^2, which is the stratified
+    variance of the mean of the residuals a_i - R b_i, divided by B^2.
+    """
+    pids = [pid for pid in mine if pid in base]
+    a = _mean([mine[pid].kl[tau] for pid in pids])
+    b = _mean([base[pid].kl[tau] for pid in pids])
+    if not pids or b == 0:
         return math.nan, math.nan
-    mean = sum(values) / n
-    if n == 1:
-        return mean, math.nan
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    r = a / b
+    residuals = [(_setting(problems[pid]), mine[pid].kl[tau] - r * base[pid].kl[tau])
+                 for pid in pids]
+    return r, _stratified(residuals)[1] / abs(b)
+
+
+def _p_value(mean: float, stderr: float, df: int) -> float:
+    """Two-sided p-value of mean = 0 under Student's t with ``df`` degrees of freedom."""
+    if df < 1 or math.isnan(stderr):
+        return math.nan
+    if stderr == 0:  # identical differences: exact
+        return 0.0 if mean != 0 else 1.0
+    from scipy import stats  # about half a second to import: only comparisons need it
+
+    return float(2 * stats.t.sf(abs(mean / stderr), df))
+
+
+def _verdict(mean: float, p_value: float) -> str:
+    if math.isnan(p_value):
+        return "n/a"
+    if p_value >= _LEVEL:
+        return "n.s."
+    return "better" if mean < 0 else "worse"
 
 
 def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any]):
-    """candidate -> problem id -> scores, from ok rows of the sweep's problems."""
+    """candidate -> problem id -> scores, from ok rows of the sweep's problems.
+
+    Raises:
+      ValueError: if those rows mix metrics (KL and NLL): a mean over both means nothing.
+    """
     scores: dict[Candidate, dict[str, _ProblemScore]] = {}
     configs: dict[Candidate, str] = {}
+    metrics = set()
     for r in rows:
         p = problems.get(r["problem_id"])
         if (p is None or r["status"] != "ok" or r["tau"] not in p.taus
                 or r["num_test"] != p.num_test or r["num_samples"] != p.num_samples):
             continue
+        metrics.add(r.get("metric") or "kl")  # rows from before the column: KL
         cand = (r["agent"], r["config_hash"], r["estimator"], r["agent_seed"])
         configs[cand] = r["config"]
         s = scores.setdefault(cand, {}).setdefault(r["problem_id"], _ProblemScore(kl={}))
         s.kl[r["tau"]] = r["kl"]
+        if r.get("num_clipped") or 0:
+            s.clipped.add(r["tau"])
         if r["tau"] == min(p.taus):
             s.accuracy, s.ece = r["accuracy"], r["ece"]
             s.seconds += r["train_seconds"]
         s.seconds += r["eval_seconds"]
+    if len(metrics) > 1:
+        raise ValueError(f"the rows of this sweep mix metrics ({', '.join(sorted(metrics))}); "
+                         "score problems with and without an exact likelihood separately")
     complete = {
         cand: {pid: s for pid, s in by_pid.items() if set(s.kl) == set(problems[pid].taus)}
         for cand, by_pid in scores.items()
     }
-    return complete, configs
+    return complete, configs, metrics.pop() if metrics else "kl"
+
+
+def _halves(problems: Mapping[str, Any], selection: str) -> tuple[set[str], set[str]]:
+    """The problem ids configs are selected on, and those they are reported on.
+
+    ``held-out`` sorts each setting's problems by seed: the first half (n // 2)
+    selects, the rest (the extra one of an odd count included) reports, so no
+    reported number was used to choose the config it reports.
+    """
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown selection {selection!r}; allowed: {', '.join(SELECTIONS)}")
+    if selection == "same":
+        return set(problems), set(problems)
+    by_setting: dict[Setting, list[Any]] = {}
+    for p in problems.values():
+        by_setting.setdefault(_setting(p), []).append(p)
+    select, report = set(), set()
+    for setting, group in sorted(by_setting.items()):
+        if len(group) < 2:
+            raise ValueError(f"held-out selection needs at least 2 seeds per (temperature, T) "
+                             f"setting; setting {setting} has {len(group)}")
+        group.sort(key=lambda p: (p.seed, p.problem_id))
+        half = len(group) // 2
+        select.update(p.problem_id for p in group[:half])
+        report.update(p.problem_id for p in group[half:])
+    return select, report
 
 
 def _agg(by_pid: Mapping[str, _ProblemScore], taus: Sequence[int]) -> float:
     if not by_pid:
         return math.inf
-    return sum(_mean_se([s.kl[tau] for s in by_pid.values()])[0] / tau for tau in taus)
+    return sum(_mean([s.kl[tau] for s in by_pid.values()]) / tau for tau in taus)
 
 
 def _best(cands: Sequence[Candidate], scores, pids: set[str], taus) -> Candidate:
@@ -99,22 +208,23 @@ def _best(cands: Sequence[Candidate], scores, pids: set[str], taus) -> Candidate
     return min(cands, key=key)
 
 
-def _tuned(agent: str, scores, configs, problems, tuning: str):
-    """The per-problem scores of the agent's tuned choice, and a description of it."""
+def _tuned(agent: str, scores, configs, problems, tuning: str, halves):
+    """The agent's tuned choice: its scores on the report problems, and a description."""
     if tuning not in TUNINGS:
         raise ValueError(f"unknown tuning {tuning!r}; allowed: {', '.join(TUNINGS)}")
+    select, report = halves
     cands = [c for c in scores if c[0] == agent]
     taus = _taus(problems)
     if tuning == "global":
-        best = _best(cands, scores, set(problems), taus)
-        return dict(scores[best]), configs[best], best[1]
+        best = _best(cands, scores, select, taus)
+        return {pid: s for pid, s in scores[best].items() if pid in report}, configs[best], best[1]
     chosen: dict[str, _ProblemScore] = {}
     hashes = []
-    for setting in sorted({(p.temperature, p.num_train) for p in problems.values()}):
-        pids = {pid for pid, p in problems.items() if (p.temperature, p.num_train) == setting}
-        best = _best(cands, scores, pids, taus)
+    for setting in sorted({_setting(p) for p in problems.values()}):
+        pids = {pid for pid, p in problems.items() if _setting(p) == setting}
+        best = _best(cands, scores, pids & select, taus)
         hashes.append(best[1])
-        chosen.update({pid: s for pid, s in scores[best].items() if pid in pids})
+        chosen.update({pid: s for pid, s in scores[best].items() if pid in pids & report})
     distinct = sorted(set(hashes))
     if len(distinct) == 1:
         return chosen, configs[next(c for c in cands if c[1] == distinct[0])], distinct[0]
@@ -125,33 +235,50 @@ def _taus(problems: Mapping[str, Any]) -> list[int]:
     return sorted({t for p in problems.values() for t in p.taus})
 
 
+def _flag(missing: int, of: int, clipped: int) -> str:
+    parts = [f"MISSING {missing} of {of} problems"] if missing else []
+    if clipped:
+        parts.append(f"CLIPPED {clipped} row{'s' if clipped != 1 else ''}")
+    return "; ".join(parts)
+
+
 def score_agents(
     rows: Iterable[Mapping[str, Any]],
     problems: Mapping[str, Any],
     tuning: str = "global",
     baseline: str = "mlp",
+    selection: str = "same",
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The leaderboard: one record per agent, sorted by d_KL^agg.
+
+    ``kl_<tau>`` is the mean over the reported problems with its stratified
+    ``kl_<tau>_stderr``. ``kl_<tau>_norm`` = A / B, the agent's and the baseline's
+    means over the problems both cover, and ``kl_<tau>_norm_stderr`` its
+    delta-method error over those pairs (not a ratio of two errors: a problem
+    hard for one agent is hard for both). ``clipped`` counts the tuned choice's
+    (problem, tau) rows that clipped infinite KL terms; ``flag`` names them and
+    any missing problems.
 
     Args:
       rows: stored rows.
       problems: the sweep, problem id -> Problem.
       tuning: ``"global"`` or ``"per-setting"``.
       baseline: the agent every KL is normalised by.
+      selection: ``"same"`` (choose configs on every problem and report on them)
+        or ``"held-out"`` (choose on half the seeds, report on the rest); see
+        :data:`SELECTIONS`.
 
     Returns:
       The records and a list of warnings (e.g. no baseline results).
     """
-    scores, configs = _collect(rows, problems)
+    scores, configs, metric = _collect(rows, problems)
+    halves = _halves(problems, selection)
     taus = _taus(problems)
     agents = sorted({c[0] for c in scores})
-    tuned = {a: _tuned(a, scores, configs, problems, tuning) for a in agents}
+    tuned = {a: _tuned(a, scores, configs, problems, tuning, halves) for a in agents}
     warnings = []
-    base_means = {}
-    if baseline in tuned and tuned[baseline][0]:
-        base_means = {tau: _mean_se([s.kl[tau] for s in tuned[baseline][0].values()])[0]
-                      for tau in taus}
-    else:
+    base = tuned[baseline][0] if baseline in tuned else {}
+    if not base:
         warnings.append(f"no {baseline} results for this sweep, so KL is not normalised; run "
                         f"`neural-testbed sweep --agent {baseline}` (or `run`) to add them")
     records = []
@@ -159,23 +286,53 @@ def score_agents(
         by_pid, config, hashes = tuned[agent]
         record: dict[str, Any] = {"agent": agent}
         for tau in taus:
-            mean, se = _mean_se([s.kl[tau] for s in by_pid.values()])
+            mean, se, _ = _stratified((_setting(problems[pid]), s.kl[tau])
+                                      for pid, s in by_pid.items())
+            norm, norm_se = _ratio(by_pid, base, tau, problems) if base else (math.nan, math.nan)
             record[f"kl_{tau}"] = mean
             record[f"kl_{tau}_stderr"] = se
-            record[f"kl_{tau}_norm"] = (mean / base_means[tau]) if base_means else math.nan
+            record[f"kl_{tau}_norm"] = norm
+            record[f"kl_{tau}_norm_stderr"] = norm_se
         record["kl_agg"] = sum(record[f"kl_{tau}"] / tau for tau in taus)
-        record["accuracy"] = _mean_se([s.accuracy for s in by_pid.values()])[0]
-        record["ece"] = _mean_se([s.ece for s in by_pid.values()])[0]
-        record["seconds_per_problem"] = _mean_se([s.seconds for s in by_pid.values()])[0]
+        record["accuracy"] = _mean([s.accuracy for s in by_pid.values()])
+        record["ece"] = _mean([s.ece for s in by_pid.values()])
+        record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
         record["problems"] = len(by_pid)
-        record["of"] = len(problems)
-        missing = len(problems) - len(by_pid)
-        record["flag"] = f"MISSING {missing} of {len(problems)} problems" if missing else ""
+        record["of"] = len(halves[1])
+        record["clipped"] = sum(len(s.clipped) for s in by_pid.values())
+        record["flag"] = _flag(len(halves[1]) - len(by_pid), len(halves[1]), record["clipped"])
+        record["metric"] = metric
+        record["selection"] = selection
         record["config_hash"] = hashes
         record["config"] = config
         records.append(record)
     records.sort(key=lambda r: (r["kl_agg"], r["agent"]))
+    lonely = [r["agent"] for r in records
+              if r["problems"] and any(math.isnan(r[f"kl_{tau}_stderr"]) for tau in taus)]
+    if lonely:
+        warnings.append(f"standard errors are n/a for {', '.join(lonely)}: some (temperature, "
+                        "T) setting has a single scored problem, so no variance estimate")
     return records, warnings
+
+
+def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None, tau: int,
+                pairs: Sequence[tuple[Setting, float]], of: int, clipped: int,
+                selection: str) -> dict[str, Any]:
+    """One paired comparison: stratified mean difference, its stderr and t-test.
+
+    Degrees of freedom: pairs minus strata (each setting's mean is estimated).
+    """
+    mean, se, strata = _stratified(pairs)
+    df = len(pairs) - strata
+    p_value = _p_value(mean, se, df)
+    return {
+        "scope": scope, "agent": agent, "baseline": baseline,
+        "temperature": setting[0] if setting else None,
+        "num_train": setting[1] if setting else None,
+        "tau": tau, "kl_diff": mean, "stderr": se, "p_value": p_value, "df": df,
+        "pairs": len(pairs), "verdict": _verdict(mean, p_value), "clipped": clipped,
+        "flag": _flag(of - len(pairs), of, clipped), "selection": selection,
+    }
 
 
 def compare_agents(
@@ -183,46 +340,61 @@ def compare_agents(
     problems: Mapping[str, Any],
     agent: str,
     baselines: Sequence[str],
+    selection: str = "same",
 ) -> list[dict[str, Any]]:
-    """Paired differences of KL (agent - baseline) per (temperature, T) and tau.
+    """Paired differences of KL (agent - baseline), pooled over the sweep, then per setting.
 
-    Each agent uses its globally tuned config. Differences are paired by
-    problem; ``verdict`` is ``better`` / ``worse`` where a paired t-test
-    rejects equality at the 5% level (``better`` = lower KL), else ``n.s.``.
+    Each agent uses its globally tuned config; differences are paired by
+    problem. The ``scope="pooled"`` records come first, one per (baseline, tau):
+    the stratified mean difference over every reported problem, its stratified
+    ``stderr`` and a two-sided t-test with ``df = pairs - settings``. Then
+    ``scope="setting"`` records per (baseline, temperature, T, tau), each a
+    paired t-test (df = pairs - 1). ``verdict`` is ``better`` (lower KL) or
+    ``worse`` where ``p_value < 0.05``, else ``n.s.``, or ``n/a`` when there is
+    no variance estimate (a setting with one pair). ``clipped`` counts both
+    agents' rows in the comparison that clipped infinite KL terms.
+
+    Args:
+      rows: stored rows.
+      problems: the sweep, problem id -> Problem.
+      agent: the agent compared.
+      baselines: the agents it is compared with.
+      selection: ``"same"`` or ``"held-out"``, as in :func:`score_agents`.
 
     Raises:
       ValueError: if the agent or a baseline has no results for the sweep.
     """
-    scores, configs = _collect(rows, problems)
+    scores, configs, _ = _collect(rows, problems)
+    halves = _halves(problems, selection)
     present = {c[0] for c in scores}
     for name in (agent, *baselines):
         if name not in present:
             raise ValueError(f"no results for agent {name!r} on this sweep; agents with "
                              f"results: {', '.join(sorted(present)) or 'none'}")
-    mine = _tuned(agent, scores, configs, problems, "global")[0]
-    records = []
-    settings = sorted({(p.temperature, p.num_train) for p in problems.values()})
+    mine = _tuned(agent, scores, configs, problems, "global", halves)[0]
+    report = sorted(halves[1])
+    settings = sorted({_setting(problems[pid]) for pid in report})
+    pooled, per_setting = [], []
     for name in baselines:
-        theirs = _tuned(name, scores, configs, problems, "global")[0]
-        for temperature, num_train in settings:
-            pids = [pid for pid, p in problems.items()
-                    if (p.temperature, p.num_train) == (temperature, num_train)
-                    and pid in mine and pid in theirs]
+        theirs = _tuned(name, scores, configs, problems, "global", halves)[0]
+        for setting in (None, *settings):
+            scope = [pid for pid in report
+                     if setting is None or _setting(problems[pid]) == setting]
+            pids = [pid for pid in scope if pid in mine and pid in theirs]
             for tau in _taus(problems):
-                diffs = [mine[pid].kl[tau] - theirs[pid].kl[tau] for pid in pids]
-                mean, se = _mean_se(diffs)
-                verdict = "n.s."
-                if len(diffs) > 1 and se > 0 and abs(mean) > _t_critical(len(diffs) - 1) * se or len(diffs) > 1 and se == 0 and mean != 0:
-                    verdict = "better" if mean < 0 else "worse"
-                records.append({
-                    "agent": agent, "baseline": name, "temperature": temperature,
-                    "num_train": num_train, "tau": tau, "kl_diff": mean, "stderr": se,
-                    "pairs": len(diffs), "verdict": verdict,
-                })
-    return records
+                pairs = [(_setting(problems[pid]), mine[pid].kl[tau] - theirs[pid].kl[tau])
+                         for pid in pids]
+                clipped = sum((tau in mine[pid].clipped) + (tau in theirs[pid].clipped)
+                              for pid in pids)
+                record = _comparison("pooled" if setting is None else "setting", agent, name,
+                                     setting, tau, pairs, len(scope), clipped, selection)
+                (pooled if setting is None else per_setting).append(record)
+    return pooled + per_setting
 
 
 def _cell(value: Any) -> str:
+    if value is None:
+        return ""
     if isinstance(value, float):
         if math.isnan(value):
             return "n/a"
@@ -266,33 +438,38 @@ def score_candidates(
     Each has ``agent``, ``config_hash``, ``config``, ``kl_<tau>`` (mean over the
     problems it covers), ``kl_agg``, ``seconds_per_problem`` and ``problems``.
     """
-    scores, configs = _collect(rows, problems)
+    scores, configs, _ = _collect(rows, problems)
     taus = _taus(problems)
     records = []
     for cand, by_pid in sorted(scores.items()):
         record: dict[str, Any] = {"agent": cand[0], "config_hash": cand[1], "config": configs[cand]}
         for tau in taus:
-            record[f"kl_{tau}"] = _mean_se([s.kl[tau] for s in by_pid.values()])[0]
+            record[f"kl_{tau}"] = _mean([s.kl[tau] for s in by_pid.values()])
         record["kl_agg"] = _agg(by_pid, taus)
-        record["seconds_per_problem"] = _mean_se([s.seconds for s in by_pid.values()])[0]
+        record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
         record["problems"] = len(by_pid)
         records.append(record)
     return records
 
 
 def kl_by_setting(
-    rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any], tuning: str = "global"
+    rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any], tuning: str = "global",
+    selection: str = "same",
 ) -> list[dict[str, Any]]:
-    """Each agent's mean KL (and its stderr over seeds) per (temperature, T, tau), tuned."""
-    scores, configs = _collect(rows, problems)
+    """Each agent's mean KL (and its stderr over seeds) per (temperature, T, tau), tuned.
+
+    With ``selection="held-out"`` the means are over each setting's reported half.
+    """
+    scores, configs, _ = _collect(rows, problems)
+    halves = _halves(problems, selection)
     records = []
     for agent in sorted({c[0] for c in scores}):
-        by_pid = _tuned(agent, scores, configs, problems, tuning)[0]
-        for setting in sorted({(p.temperature, p.num_train) for p in problems.values()}):
-            pids = [pid for pid in by_pid if (problems[pid].temperature,
-                                              problems[pid].num_train) == setting]
+        by_pid = _tuned(agent, scores, configs, problems, tuning, halves)[0]
+        for setting in sorted({_setting(p) for p in problems.values()}):
+            pids = [pid for pid in by_pid if _setting(problems[pid]) == setting]
             for tau in _taus(problems):
-                mean, se = _mean_se([by_pid[pid].kl[tau] for pid in pids])
+                mean, se, _ = _stratified((setting, by_pid[pid].kl[tau]) for pid in pids)
                 records.append({"agent": agent, "temperature": setting[0], "num_train": setting[1],
-                                "tau": tau, "kl": mean, "kl_stderr": se, "problems": len(pids)})
+                                "tau": tau, "kl": mean, "kl_stderr": se, "problems": len(pids),
+                                "selection": selection})
     return records

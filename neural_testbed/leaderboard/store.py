@@ -12,8 +12,6 @@ import contextlib
 import csv
 import dataclasses
 import datetime
-import hashlib
-import json
 import math
 import os
 import sqlite3
@@ -21,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from neural_testbed import base
+from neural_testbed.leaderboard.configs import config_hash, config_json
 
 __all__ = [
     "DEFAULT_DB",
@@ -32,7 +31,10 @@ __all__ = [
 ]
 
 DEFAULT_DB = "neural_testbed_results.db"
-SCHEMA_VERSION = 1
+# 2: every problem has its own environment and data (version 1 shared one
+# environment across the settings of a seed index), belief samples are fresh per
+# test sample; rows gained metric, num_clipped and compile_seconds.
+SCHEMA_VERSION = 2
 
 
 class StoreError(Exception):
@@ -56,11 +58,14 @@ _COLUMNS = (
     ("num_samples", "INTEGER NOT NULL"),
     ("estimator", "TEXT NOT NULL"),
     ("agent_seed", "INTEGER NOT NULL"),
+    ("metric", "TEXT NOT NULL"),  # "kl" (kl holds d_KL) or "nll" (kl holds the NLL)
     ("kl", "REAL"),
     ("kl_stderr", "REAL"),
+    ("num_clipped", "INTEGER NOT NULL"),  # infinite per-sample terms clipped
     ("accuracy", "REAL"),
     ("ece", "REAL"),
     ("train_seconds", "REAL"),
+    ("compile_seconds", "REAL"),
     ("eval_seconds", "REAL"),
     ("status", "TEXT NOT NULL"),
     ("error", "TEXT NOT NULL"),
@@ -68,23 +73,13 @@ _COLUMNS = (
     ("timestamp", "TEXT NOT NULL"),
 )
 COLUMNS = tuple(name for name, _ in _COLUMNS)
-_RESULT_COLUMNS = ("config", "kl", "kl_stderr", "accuracy", "ece", "status", "error")
+_RESULT_COLUMNS = ("config", "metric", "kl", "kl_stderr", "num_clipped", "accuracy", "ece",
+                   "status", "error")
 
 
 def _same(value: Any) -> Any:
     """NaN compares equal to NaN when deciding whether two rows are duplicates."""
     return "nan" if isinstance(value, float) and math.isnan(value) else value
-
-
-def config_json(config: Any) -> str:
-    """Canonical JSON of a config dataclass (sorted keys, tuples as lists)."""
-    return json.dumps(dataclasses.asdict(config), sort_keys=True, separators=(",", ":"))
-
-
-def config_hash(agent: str, config: Any) -> str:
-    """A stable 12-hex-digit id of (agent name, config)."""
-    text = json.dumps({"agent": agent, "config": json.loads(config_json(config))}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _package_version() -> str:
@@ -127,12 +122,16 @@ class ResultsStore:
             version = int(row[0]) if row else None
             if version != SCHEMA_VERSION:
                 writer = self._conn.execute("SELECT value FROM meta WHERE key='created_by'").fetchone()
+                if version == 1:
+                    raise StoreError(
+                        f"{self.path!r} holds results of the old problem definition (schema 1, "
+                        "where problems of one seed shared an environment), which must not be "
+                        "mixed with new ones: move it aside or pass a new --db, and rerun")
                 raise StoreError(
                     f"{self.path!r} has results schema version {version} (written by "
                     f"neural-testbed {writer[0] if writer else 'unknown'}); this version "
-                    f"({_package_version()}) reads schema version {SCHEMA_VERSION}. "
-                    "Use a new --db file, or the neural-testbed version that wrote it."
-                )
+                    f"({_package_version()}) reads schema version {SCHEMA_VERSION}: "
+                    "use a new --db file, or the neural-testbed version that wrote it")
             return
         if tables:
             raise StoreError(f"{self.path!r} is a SQLite database but not a neural-testbed results store")
@@ -167,35 +166,14 @@ class ResultsStore:
     def __exit__(self, *exc):
         self.close()
 
-    def write(
-        self,
-        results: Iterable[base.ProblemResult],
-        config: Any,
-        problems: Mapping[str, Any],
-        estimator: str,
-        agent_seed: int,
-    ) -> None:
-        """Writes rows in one transaction, replacing rows with the same key.
-
-        Args:
-          results: rows from the runner.
-          config: the agent config they were computed with.
-          problems: problem id -> Problem, for the problem's fields and N, M.
-          estimator: the estimator setting they were evaluated with.
-          agent_seed: the agent seed they were trained with.
-        """
+    def write(self, results: Iterable[base.ProblemResult]) -> None:
+        """Writes rows in one transaction, replacing rows with the same key."""
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         version = _package_version()
-        records = []
-        for r in results:
-            p = problems[r.problem_id]
-            records.append((
-                r.agent, config_hash(r.agent, config), config_json(config), r.problem_id,
-                p.temperature, p.num_train, p.seed, p.input_dim, p.num_classes, r.tau,
-                p.num_test, p.num_samples, estimator, agent_seed,
-                r.kl, r.kl_stderr, r.accuracy, r.ece, r.train_seconds, r.eval_seconds,
-                r.status, r.error, version, now,
-            ))
+        records = [
+            tuple({**r.as_dict(), "version": version, "timestamp": now}[c] for c in COLUMNS)
+            for r in results
+        ]
         placeholders = ", ".join("?" * len(COLUMNS))
         with self._transaction():
             self._conn.executemany(

@@ -1,26 +1,28 @@
-"""Hyperparameter sweeps into the results store: resumable, shardable, parallel.
+"""Running agents over problems: one pipeline for every entry point.
 
-A sweep is planned as work units (one config on one batch of same-shape
-problems) from what the store does not hold yet; units run on a backend (see
-:mod:`executors`) and their rows are written to the store as each finishes, so
-an interrupted sweep continues where it stopped and nothing is computed twice.
+A run is planned as work units (one config on one batch of same-shape
+problems), less what the store already holds; units run on a backend (see
+:mod:`executors`) and their rows go to the store (``run_sweep``) or back to
+the caller (``run_agent``) as each finishes, so an interrupted sweep continues
+where it stopped and nothing is computed twice.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
 
+from neural_testbed import base
 from neural_testbed.agents import registry
 from neural_testbed.leaderboard import executors
-from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.likelihood import kl
 
-__all__ = ["SweepSummary", "parse_shard", "plan_units", "run_sweep"]
+__all__ = ["SweepSummary", "parse_shard", "plan_units", "run_agent", "run_sweep"]
 
 
 @dataclasses.dataclass
@@ -46,8 +48,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 def plan_units(
     agent_name: str,
     configs: Sequence[Any],
-    problems: Sequence[problems_lib.Problem],
-    store: store_lib.ResultsStore,
+    problems: Sequence[base.Problem],
+    store: store_lib.ResultsStore | None,
     *,
     agent_seed: int = 0,
     estimator: str = "auto",
@@ -62,17 +64,20 @@ def plan_units(
     of ``batch_size``) before anything is skipped, so a unit is the same batch
     whichever backend, worker count or shard runs it, and gives the same
     numbers. Shard ``(i, n)`` keeps the units whose position is ``i - 1``
-    modulo ``n``. Problems already stored are then dropped from their unit.
+    modulo ``n``. Problems already stored are then dropped from their unit
+    (``store=None``: nothing is stored yet).
     """
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1 or None, got {batch_size!r}")
+    kl.choose_estimator(1, estimator)
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
     shard_index, num_shards = shard
     units, reused, position = [], 0, 0
     for config in configs:
-        done = set() if recompute else store.done(agent_name, config, estimator, agent_seed)
-        if retry_failed:
+        done = set() if recompute or store is None else store.done(
+            agent_name, config, estimator, agent_seed)
+        if retry_failed and store is not None:
             done -= store.done(agent_name, config, estimator, agent_seed, status="failed")
-        groups: dict[tuple, list[problems_lib.Problem]] = {}
+        groups: dict[Any, list[base.Problem]] = {}
         for p in problems:
             groups.setdefault(p.shape, []).append(p)
         for group in groups.values():
@@ -94,10 +99,73 @@ def plan_units(
     return units, reused
 
 
+def _progress(units, total: int, desc: str, show: bool) -> Iterator:
+    """Yields ``(unit, rows)`` from ``units`` with a progress bar and ETA on stderr."""
+    bar = tqdm(total=total, unit="problem", disable=not show or total == 0, file=sys.stderr,
+               desc=desc, dynamic_ncols=True)
+    with bar:
+        for unit, rows in units:
+            yield unit, rows
+            bar.update(len(unit.problems))
+
+
+def run_agent(
+    agent: base.Agent,
+    problems: Sequence[base.Problem],
+    agent_name: str = "agent",
+    *,
+    config: Any = None,
+    agent_seed: int = 0,
+    batch_size: int | None = None,
+    estimator: kl.Estimator = "auto",
+    progress: bool = True,
+    on_rows: Callable[[list[base.ProblemResult]], None] | None = None,
+) -> list[base.ProblemResult]:
+    """Trains ``agent`` once per problem and evaluates it at each of the problem's taus.
+
+    The same planner and executor as :func:`run_sweep`, in this process,
+    without a store: for an agent object that need not be registered.
+
+    Args:
+      agent: the agent to evaluate.
+      problems: the problems, e.g. ``get_sweep("quick").values()``.
+      agent_name: recorded in each row.
+      config: the agent's config, recorded (hashed) in each row; None if it has none.
+      agent_seed: folded into each problem's agent key.
+      batch_size: problems of one shape trained together; ``None`` = all of
+        them (fastest; a smaller batch shows progress more often and uses
+        less memory while training).
+      estimator: ``"auto"``, ``"monte_carlo"`` or ``"partition"``.
+      progress: show a progress bar on stderr.
+      on_rows: called with the rows of each batch as soon as they are
+        computed (e.g. to write them to a results store).
+
+    Returns:
+      One row per (problem, tau), failed problems included (``status="failed"``).
+
+    Example:
+      >>> from neural_testbed import agents, leaderboard
+      >>> spec = agents.get_agent("mlp")
+      >>> rows = leaderboard.run_agent(spec.make(spec.default),
+      ...                              leaderboard.get_sweep("quick").values(), "mlp")
+    """
+    problems = list(problems)
+    units, _ = plan_units(agent_name, [config], problems, None, agent_seed=agent_seed,
+                          estimator=estimator, batch_size=batch_size)
+    results: list[base.ProblemResult] = []
+    total = sum(len(u.problems) for u in units)
+    for _, rows in _progress(executors.execute(units, agent=agent), total, agent_name, progress):
+        if on_rows is not None:
+            on_rows(rows)
+        results.extend(rows)
+    order = {p.problem_id: i for i, p in enumerate(problems)}
+    return sorted(results, key=lambda r: (order[r.problem_id], r.tau))
+
+
 def run_sweep(
     agent_name: str,
     configs: Sequence[Any],
-    problems: Sequence[problems_lib.Problem],
+    problems: Sequence[base.Problem],
     store: store_lib.ResultsStore,
     *,
     agent_seed: int = 0,
@@ -136,19 +204,14 @@ def run_sweep(
       Counts of computed, reused and failed rows.
     """
     registry.get_agent(agent_name)
-    problems = list(problems)
-    by_id = {p.problem_id: p for p in problems}
     units, reused = plan_units(
-        agent_name, configs, problems, store, agent_seed=agent_seed, estimator=estimator,
+        agent_name, configs, list(problems), store, agent_seed=agent_seed, estimator=estimator,
         batch_size=batch_size, recompute=recompute, retry_failed=retry_failed, shard=shard)
     summary = SweepSummary(reused=reused)
     total = sum(len(u.problems) for u in units)
-    bar = tqdm(total=total, unit="problem", disable=not progress or total == 0, file=sys.stderr,
-               desc=agent_name, dynamic_ncols=True)
-    with bar:
-        for unit, rows in executors.execute(units, backend, workers, address, imports):
-            store.write(rows, unit.config, by_id, estimator, agent_seed)
-            summary.computed += len(rows)
-            summary.failed += sum(r.status != "ok" for r in rows)
-            bar.update(len(unit.problems))
+    executed = executors.execute(units, backend, workers, address, imports)
+    for _, rows in _progress(executed, total, agent_name, progress):
+        store.write(rows)
+        summary.computed += len(rows)
+        summary.failed += sum(r.status != "ok" for r in rows)
     return summary

@@ -4,7 +4,8 @@ An agent's belief is represented by weighted *members*: sampled models, each
 giving class log-probabilities at the tau inputs. Weights let the evaluator
 evaluate each distinct member of a finite ensemble once, weighted by how often
 it was drawn among the M samples, which gives the same estimate as evaluating
-all M samples. Everything is computed in log space.
+all M samples. Everything is computed in log space, so no sum of
+probabilities can underflow to ``-inf`` while its true value is finite.
 
 Reference: Osband et al., "Evaluating predictive distributions: does Bayesian
 deep learning work?", Algorithms 3 (Monte Carlo) and 4 (random partitioning).
@@ -12,11 +13,28 @@ deep learning work?", Algorithms 3 (Monte Carlo) and 4 (random partitioning).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import logsumexp, ndtri
+from jax.scipy.special import log_ndtr, logsumexp, ndtri
 
-__all__ = ["monte_carlo_log_likelihood", "partition_cells", "partition_log_likelihood"]
+__all__ = [
+    "NUMERICS",
+    "Numerics",
+    "monte_carlo_log_likelihood",
+    "partition_cells",
+    "partition_log_likelihood",
+]
+
+# "reference": as the reference testbed computes Algorithm 4: the probabilities
+# averaged in a cell are Phi(clipped probit), i.e. clipped to
+# [Phi(-clip), Phi(clip)], and every cell's average is smoothed as
+# (sum + 1e-6) / (count + 1e-6) in units of samples. "paper": Algorithm 4 as
+# printed, raw probabilities and no smoothing.
+Numerics = Literal["reference", "paper"]
+NUMERICS = ("reference", "paper")
+_REFERENCE_SMOOTHING = 1e-6  # samples; the reference's (sum + 1e-6) / (count + 1e-6)
 
 
 def _label_log_probs(log_probs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -70,6 +88,18 @@ def partition_cells(
     return bits @ (2 ** jnp.arange(num_hyperplanes, dtype=jnp.int32))
 
 
+def _segment_logsumexp(values: jax.Array, segments: jax.Array, num_segments: int) -> jax.Array:
+    """``log sum_{m in s} exp(values_m)`` per segment ``s``, ``-inf`` for an empty one.
+
+    Shifting by each segment's own maximum keeps the largest term at 1, so the
+    result is finite whenever one of its terms is.
+    """
+    peak = jax.ops.segment_max(values, segments, num_segments)  # [segments, ...]
+    peak = jnp.where(jnp.isfinite(peak), peak, 0.0)
+    total = jax.ops.segment_sum(jnp.exp(values - peak[segments]), segments, num_segments)
+    return jnp.log(total) + peak
+
+
 def partition_log_likelihood(
     key: jax.Array,
     log_probs: jax.Array,
@@ -77,6 +107,8 @@ def partition_log_likelihood(
     log_weights: jax.Array,
     num_hyperplanes: int = 7,
     probit_clip: float = 5.0,
+    numerics: Numerics = "reference",
+    num_samples: int = 1000,
 ) -> jax.Array:
     """Algorithm 4: random partitioning of the members by hyperplanes.
 
@@ -86,7 +118,8 @@ def partition_log_likelihood(
     put it in one of ``2**num_hyperplanes`` cells. Within each cell the
     members' probabilities are averaged (weighted), and the cells' joint
     likelihoods are mixed by the cells' total weights. When every member has
-    its own cell this equals the exact mixture likelihood.
+    its own cell this equals the exact mixture likelihood (with
+    ``numerics="paper"``). Every sum is a per-cell log-sum-exp.
 
     Args:
       key: PRNG key for the hyperplanes.
@@ -95,26 +128,43 @@ def partition_log_likelihood(
       log_weights: ``[members]`` log of weights that sum to one.
       num_hyperplanes: d, the number of random hyperplanes.
       probit_clip: probits are clipped to this absolute value.
+      numerics: ``"reference"`` (the reference testbed's probability floor
+        and cell smoothing, the default) or ``"paper"`` (neither).
+      num_samples: M, the number of belief samples the weights count: the
+        reference's smoothing is in units of samples.
 
     Returns:
       The estimated joint log-likelihood, a scalar.
     """
+    if numerics not in NUMERICS:
+        raise ValueError(f"unknown numerics {numerics!r}; allowed: {', '.join(NUMERICS)}")
+    num_cells = 2**num_hyperplanes
     cell = partition_cells(key, log_probs, num_hyperplanes, probit_clip)
-    membership = jax.nn.one_hot(cell, 2**num_hyperplanes)  # [members, cells]
-
-    weights = jnp.exp(log_weights)  # [members]
     label_log_probs = _label_log_probs(log_probs, labels)  # [members, tau]
-    # Average probabilities within cells in a rescaled linear space: shifting
-    # by the largest drawn member's log-prob at each t keeps the best cell's
-    # sum >= its weight, so the result cannot underflow to -inf.
-    drawn = weights[:, None] > 0
-    shift = jnp.max(jnp.where(drawn, label_log_probs, -jnp.inf), axis=0)  # [tau]
-    scaled = jnp.where(drawn, jnp.exp(label_log_probs - shift), 0.0) * weights[:, None]
-    # One matmul for weights and sums, so identical members give exactly 1.
-    sums = membership.T @ jnp.concatenate([weights[:, None], scaled], axis=1)
-    cell_weight, cell_sum = sums[:, 0], sums[:, 1:]  # [cells], [cells, tau]
-    occupied = cell_weight > 0
-    safe_weight = jnp.where(occupied, cell_weight, 1.0)
-    cell_log_mean = jnp.log(cell_sum) - jnp.log(safe_weight)[:, None] + shift
-    cell_joint = jnp.log(safe_weight) + cell_log_mean.sum(axis=-1)
+    if numerics == "paper":
+        cell_log_weight = _segment_logsumexp(log_weights, cell, num_cells)  # [cells]
+        cell_log_sum = _segment_logsumexp(label_log_probs + log_weights[:, None], cell, num_cells)
+        cell_log_mean = cell_log_sum - cell_log_weight[:, None]
+    else:
+        # Phi(clip(Phi^-1(p))) = clip(p, Phi(-c), Phi(c)), since Phi is monotone.
+        floor = log_ndtr(-probit_clip)
+        label_log_probs = jnp.clip(label_log_probs, floor, log_ndtr(probit_clip))
+        # With the floor, every term w_m p_{m,t} / max_m' p_{m',t} is at least
+        # Phi(-c) / M (about 3e-10 for M = 1000), so one shift per t serves
+        # every cell and the cell sums are one matmul, exactly as a per-cell
+        # log-sum-exp but without a scatter per test sample.
+        weights = jnp.exp(log_weights)  # [members]
+        drawn = weights[:, None] > 0
+        shift = jnp.max(jnp.where(drawn, label_log_probs, floor), axis=0)  # [tau]
+        scaled = jnp.where(drawn, jnp.exp(label_log_probs - shift), 0.0) * weights[:, None]
+        membership = jax.nn.one_hot(cell, num_cells)  # [members, cells]
+        sums = membership.T @ jnp.concatenate([weights[:, None], scaled], axis=1)
+        cell_log_weight = jnp.log(sums[:, 0])  # [cells], -inf where empty
+        cell_log_sum = jnp.log(sums[:, 1:]) + shift
+        # The reference's (sum + 1e-6) / (count + 1e-6), in units of samples.
+        log_smoothing = jnp.log(_REFERENCE_SMOOTHING / num_samples)
+        cell_log_mean = (jnp.logaddexp(cell_log_sum, log_smoothing)
+                         - jnp.logaddexp(cell_log_weight, log_smoothing)[:, None])
+    occupied = jnp.isfinite(cell_log_weight)
+    cell_joint = cell_log_weight + jnp.where(occupied[:, None], cell_log_mean, 0.0).sum(axis=-1)
     return logsumexp(jnp.where(occupied, cell_joint, -jnp.inf))

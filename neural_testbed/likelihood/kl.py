@@ -1,10 +1,17 @@
 """The KL estimate d_KL^tau of an agent on one problem, plus accuracy and ECE.
 
 For each of N independent test tau-samples, the KL contribution is the exact
-environment log-likelihood minus the agent's estimated joint log-likelihood
-from M samples of its belief. The same M sampled models serve every test
-tau-sample (as in the reference testbed); test samples are processed in
-chunks so that memory stays bounded whatever M, N and tau are.
+log-likelihood of its labels minus the agent's estimated joint log-likelihood
+from M samples of its belief; without an exact likelihood (real data) it is the
+negative log-likelihood alone. The M belief samples are drawn afresh for every
+test tau-sample, as in the reference testbed, so the N terms are independent
+and their standard error covers the sampling of the agent too. For a finite
+ensemble that costs no extra forward passes: an [N, M] array of member ids is
+drawn and every member is weighted by its count in each row. Test samples are
+processed in chunks so that memory stays bounded whatever M, N and tau are.
+
+The evaluator sees a problem only through its test samples
+(:class:`neural_testbed.base.TestSamples`), so it serves every problem family.
 """
 
 from __future__ import annotations
@@ -15,8 +22,7 @@ from typing import Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import base, memory
-from neural_testbed.generative import mlp_classification as env_lib
+from neural_testbed import base
 from neural_testbed.likelihood import calibration, estimators
 
 __all__ = [
@@ -35,16 +41,21 @@ ESTIMATORS = ("auto", "monte_carlo", "partition")
 # members and tau = 100 a chunk is one test sample (10^5 rows); twice that ran
 # 1.7x slower for dropout on the 2-core machine (benchmarks/agents_zoo2.py).
 _MAX_ROWS_PER_CHUNK = 2**17
+# Upper bound on distinct networks (continuous indices) per chunk: each may
+# hold its own weights (bbb: 2,800 floats for a 50-50 MLP), so at tau = 1 the
+# row bound alone would allow 131,072 networks, 1.5 GB of bbb weights.
+_MAX_NETWORKS_PER_CHUNK = 2**13
 
 
 class Evaluation(NamedTuple):
     """Scalars (arrays) summarising one evaluation."""
 
-    kl: jax.Array  # mean over test tau-samples, nats
+    kl: jax.Array  # mean over test tau-samples of the per-sample terms, nats
     kl_stderr: jax.Array  # standard error of that mean
     accuracy: jax.Array  # of the mean prediction, over all N * tau test inputs
     ece: jax.Array  # 15-bin expected calibration error of the mean prediction
-    logits_finite: jax.Array  # bool: False if any agent logit was NaN or inf (see below)
+    logits_valid: jax.Array  # bool: False if any agent logit was NaN or +inf
+    num_clipped: jax.Array  # int32: infinite terms replaced by the largest finite one
 
 
 def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:
@@ -60,13 +71,22 @@ def _largest_divisor_at_most(n: int, limit: int) -> int:
     return max(d for d in range(1, min(n, max(1, limit)) + 1) if n % d == 0)
 
 
-def _members_and_log_weights(enn: base.ENN, key: jax.Array, num_samples: int):
-    """Draws M indices; returns the distinct members to evaluate and their log-weights."""
-    indices = jax.vmap(enn.sample_index)(jax.random.split(key, num_samples))
-    if enn.num_indices is not None and enn.num_indices <= num_samples:
-        counts = jnp.bincount(indices, length=enn.num_indices)
-        return jnp.arange(enn.num_indices), jnp.log(counts / num_samples)
-    return indices, jnp.full((num_samples,), -jnp.log(num_samples))
+def clip_infinite_terms(terms: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Replaces ``+inf`` terms by the largest finite term, as the reference testbed does.
+
+    An infinite term means the agent gave probability 0 to observed labels;
+    clipping keeps one such sample from making the whole estimate infinite,
+    but it flatters exactly the overconfident agents, so the count is
+    returned and stored. NaN terms stay NaN; if no term is finite the mean
+    stays infinite.
+
+    Returns:
+      The clipped terms and the number of terms clipped (int32).
+    """
+    infinite = jnp.isposinf(terms)
+    largest = jnp.max(jnp.where(jnp.isfinite(terms), terms, -jnp.inf))
+    largest = jnp.where(jnp.isfinite(largest), largest, jnp.inf)
+    return jnp.where(infinite, largest, terms), jnp.sum(infinite).astype(jnp.int32)
 
 
 def make_evaluator(
@@ -76,120 +96,155 @@ def make_evaluator(
     num_test: int = 1000,
     num_samples: int = 1000,
     estimator: Estimator = "auto",
+    numerics: estimators.Numerics = "reference",
 ):
-    """Builds ``evaluate(key, state, env) -> Evaluation``, a pure jittable function.
+    """Builds ``evaluate(key, state, test) -> Evaluation``, a pure jittable function.
 
     Args:
       enn: the agent's sampling functions.
       tau: number of inputs in each test sample (1 = marginal).
       num_classes: K, checked against the agent's logits.
-      num_test: N, the number of independent test tau-samples.
-      num_samples: M, the number of samples drawn from the agent's belief.
+      num_test: N, the number of independent test tau-samples in ``test``.
+      num_samples: M, the number of belief samples drawn for each test sample.
       estimator: ``"monte_carlo"`` (Algorithm 3), ``"partition"`` (Algorithm 4)
         or ``"auto"`` (Monte Carlo for tau < 10).
+      numerics: Algorithm 4's numerics, ``"reference"`` (probability floor and
+        cell smoothing, the default) or ``"paper"``; see :mod:`estimators`.
 
     Returns:
-      The evaluation function.
+      The evaluation function. ``test`` is a :class:`base.TestSamples` with
+      ``x [N, tau, d]``, ``y [N, tau]`` and the exact ``log_likelihood [N]``
+      (the result is d_KL) or ``None`` (the result is the negative
+      log-likelihood).
     """
     for name, value in (("tau", tau), ("num_test", num_test), ("num_samples", num_samples)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if numerics not in estimators.NUMERICS:
+        raise ValueError(f"unknown numerics {numerics!r}; allowed: "
+                         f"{', '.join(estimators.NUMERICS)}")
     method = choose_estimator(tau, estimator)
-    memory.keep_freed_memory()
-
-    def evaluate(key: jax.Array, state: base.State, env: env_lib.Environment) -> Evaluation:
-        index_key, data_key, partition_key = jax.random.split(key, 3)
-        members, log_weights = _members_and_log_weights(enn, index_key, num_samples)
-        num_members = log_weights.shape[0]
-        test = env_lib.sample_test_data(data_key, env, num_test, tau)
-        input_dim = test.x.shape[-1]
+    counted = enn.num_indices is not None and enn.num_indices <= num_samples
+    num_members = enn.num_indices if counted else num_samples
+    if counted:
         chunk = _largest_divisor_at_most(num_test, _MAX_ROWS_PER_CHUNK // (num_members * tau))
-        num_chunks = num_test // chunk
+    else:
+        chunk = _largest_divisor_at_most(num_test, min(
+            _MAX_ROWS_PER_CHUNK // (num_samples * tau), _MAX_NETWORKS_PER_CHUNK // num_samples))
+    num_chunks = num_test // chunk
 
-        def member_logits(x_flat):
-            return jax.vmap(lambda index: enn.apply(state, x_flat, index))(members)
+    def log_likelihood(key, log_probs, labels, log_weights):
+        if method == "monte_carlo":
+            return estimators.monte_carlo_log_likelihood(log_probs, labels, log_weights)
+        return estimators.partition_log_likelihood(
+            key, log_probs, labels, log_weights, numerics=numerics, num_samples=num_samples)
 
-        expected = (num_members, chunk * tau, num_classes)
-        got = jax.eval_shape(member_logits, jnp.zeros((chunk * tau, input_dim))).shape
+    def draw_beliefs(key):
+        """Members to evaluate and their log-weights ``[N, members]`` in each test sample."""
+        if counted and num_members == 1:  # one network: nothing to draw
+            return jnp.zeros((1,), jnp.int32), jnp.zeros((num_test, 1))
+        keys = jax.random.split(key, (num_test, num_samples))
+        indices = jax.vmap(jax.vmap(enn.sample_index))(keys)
+        if counted:
+            counts = jax.vmap(lambda ids: jnp.bincount(ids, length=num_members))(indices)
+            return jnp.arange(num_members), jnp.log(counts / num_samples)
+        return indices, jnp.full((num_test, num_samples), -jnp.log(num_samples))
+
+    def evaluate(key: jax.Array, state: base.State, test: base.TestSamples) -> Evaluation:
+        index_key, partition_key = jax.random.split(key)
+        input_dim = test.x.shape[-1]
+        if test.x.shape[:2] != (num_test, tau) or test.y.shape != (num_test, tau):
+            raise ValueError(f"test samples of shape x {test.x.shape}, y {test.y.shape}; "
+                             f"expected ({num_test}, {tau}, d) and ({num_test}, {tau})")
+        members, log_weights = draw_beliefs(index_key)
+
+        def member_logits(x, indices):
+            """``x [chunk, tau, d]`` -> logits ``[chunk, members, tau, K]``."""
+            if counted:
+                flat = x.reshape(chunk * tau, input_dim)
+                logits = jax.vmap(lambda index: enn.apply(state, flat, index))(members)
+                return jnp.moveaxis(logits.reshape(num_members, chunk, tau, -1), 1, 0)
+            return jax.vmap(lambda x_n, indices_n: jax.vmap(
+                lambda index: enn.apply(state, x_n, index))(indices_n))(x, indices)
+
+        chunk_indices = (members if counted else
+                         jax.tree.map(lambda a: a.reshape(num_chunks, chunk, *a.shape[1:]),
+                                      members))
+        got = jax.eval_shape(
+            member_logits, jnp.zeros((chunk, tau, input_dim)),
+            jax.tree.map(lambda a: a[0], chunk_indices) if not counted else None).shape
+        expected = (chunk, num_members, tau, num_classes)
         if got != expected:
             raise ValueError(
-                f"agent returned logits of shape {got[1:]} for inputs of shape "
-                f"{(chunk * tau, input_dim)}; expected {expected[1:]} "
-                f"(one row of {num_classes} class logits per input)"
-            )
+                f"agent returned logits of shape {got[2:]} for inputs of shape "
+                f"{(tau, input_dim)}; expected {expected[2:]} "
+                f"(one row of {num_classes} class logits per input)")
 
         def one_chunk(chunk_data):
-            x, y, keys = chunk_data  # [chunk, tau, d], [chunk, tau], [chunk]
-            logits = member_logits(x.reshape(chunk * tau, input_dim))
-            log_probs = jax.nn.log_softmax(logits).reshape(num_members, chunk, tau, num_classes)
-            log_probs = jnp.moveaxis(log_probs, 1, 0)  # [chunk, members, tau, K]
-            if method == "monte_carlo":
-                log_lik = jax.vmap(estimators.monte_carlo_log_likelihood, (0, 0, None))(
-                    log_probs, y, log_weights
-                )
-            else:
-                log_lik = jax.vmap(estimators.partition_log_likelihood, (0, 0, 0, None))(
-                    keys, log_probs, y, log_weights
-                )
-            mean_log_probs = jax.nn.logsumexp(log_probs + log_weights[:, None, None], axis=1)
-            # A NaN or +-inf logit makes its log-softmax row NaN or -inf, so
-            # checking the log-probabilities finds it. Checking the logits
-            # themselves gives XLA a second consumer of the forward pass's
-            # output and doubled the tau = 100 evaluation time on CPU.
-            return log_lik, jnp.exp(mean_log_probs), jnp.all(jnp.isfinite(log_probs))
+            x, y, keys, weights, indices = chunk_data
+            log_probs = jax.nn.log_softmax(member_logits(x, indices))  # [chunk, members, tau, K]
+            log_lik = jax.vmap(log_likelihood)(keys, log_probs, y, weights)
+            mean_log_probs = jax.nn.logsumexp(log_probs + weights[:, :, None, None], axis=1)
+            # A NaN or +inf logit makes its log-softmax row NaN, so checking
+            # the log-probabilities finds it; a -inf logit is a probability of
+            # 0, which is allowed (an infinite term, clipped and counted).
+            # Checking the logits themselves gives XLA a second consumer of the
+            # forward pass's output and doubled the tau = 100 evaluation time.
+            return log_lik, jnp.exp(mean_log_probs), ~jnp.any(jnp.isnan(log_probs))
 
+        split = lambda a: a.reshape(num_chunks, chunk, *a.shape[1:])
         keys = jax.random.split(partition_key, num_test)
-        log_lik, mean_probs, finite = jax.lax.map(
-            one_chunk,
-            (
-                test.x.reshape(num_chunks, chunk, tau, input_dim),
-                test.y.reshape(num_chunks, chunk, tau),
-                keys.reshape(num_chunks, chunk),
-            ),
-        )
-        kl_per_sample = test.log_likelihood - log_lik.reshape(num_test)
+        log_lik, mean_probs, valid = jax.lax.map(one_chunk, (
+            split(test.x), split(test.y), split(keys), split(log_weights),
+            None if counted else chunk_indices))
+        log_lik = log_lik.reshape(num_test)
+        terms = -log_lik if test.log_likelihood is None else test.log_likelihood - log_lik
+        terms, num_clipped = clip_infinite_terms(terms)
         mean_probs = mean_probs.reshape(num_test * tau, num_classes)
         labels = test.y.reshape(num_test * tau)
         return Evaluation(
-            kl=jnp.mean(kl_per_sample),
-            kl_stderr=jnp.std(kl_per_sample, ddof=1) / jnp.sqrt(num_test) if num_test > 1
+            kl=jnp.mean(terms),
+            kl_stderr=jnp.std(terms, ddof=1) / jnp.sqrt(num_test) if num_test > 1
             else jnp.zeros(()),
             accuracy=calibration.accuracy(mean_probs, labels),
             ece=calibration.expected_calibration_error(mean_probs, labels),
-            logits_finite=jnp.all(finite),
+            logits_valid=jnp.all(valid),
+            num_clipped=num_clipped,
         )
 
     return evaluate
 
 
-@functools.partial(jax.jit, static_argnames=("sampler", "tau", "num_test", "num_samples", "estimator"))
-def _evaluate_sampler_jit(key, env, sampler, tau, num_test, num_samples, estimator):
-    num_classes = env.params[-1]["w"].shape[-1]
-    evaluate = make_evaluator(
-        base.sampler_as_enn(sampler), tau, num_classes, num_test, num_samples, estimator
-    )
-    return evaluate(key, None, env)
+@functools.partial(jax.jit, static_argnames=(
+    "sampler", "num_classes", "num_samples", "estimator", "numerics"))
+def _evaluate_sampler_jit(key, test, sampler, num_classes, num_samples, estimator, numerics):
+    num_test, tau = test.y.shape
+    evaluate = make_evaluator(base.sampler_as_enn(sampler), tau, num_classes, num_test,
+                              num_samples, estimator, numerics)
+    return evaluate(key, None, test)
 
 
 def evaluate_sampler(
-    sampler: base.EpistemicSampler,
-    env: env_lib.Environment,
     key: jax.Array,
-    tau: int = 1,
-    num_test: int = 1000,
+    sampler: base.EpistemicSampler,
+    test: base.TestSamples,
+    num_classes: int,
     num_samples: int = 1000,
     estimator: Estimator = "auto",
+    numerics: estimators.Numerics = "reference",
 ) -> Evaluation:
-    """Evaluates a plain ``sampler(x, key) -> logits`` on one environment.
+    """Evaluates a plain ``sampler(x, key) -> logits`` on given test tau-samples.
 
     The sampler must be jittable. Hold it in a variable and pass the same
     object again to reuse the compiled evaluation.
 
     Example:
-      >>> env = generative.sample_environment(jax.random.key(0), temperature=0.1)
-      >>> sampler = lambda x, key: generative.environment_logits(env, x)
-      >>> evaluate_sampler(sampler, env, jax.random.key(1), tau=100).kl  # ~0
+      >>> problem = leaderboard.get_sweep("paper")["classification_2d/97"]
+      >>> instance = problem.instance()
+      >>> test = problem.sample_test(jax.random.key(1), instance.env, tau=100)
+      >>> sampler = lambda x, key: generative.environment_logits(instance.env, x)
+      >>> evaluate_sampler(jax.random.key(2), sampler, test, num_classes=2).kl  # ~0
     """
-    env_lib.check_temperature(env.temperature)
-    choose_estimator(tau, estimator)
-    return _evaluate_sampler_jit(key, env, sampler, tau, num_test, num_samples, estimator)
+    choose_estimator(test.y.shape[-1], estimator)
+    return _evaluate_sampler_jit(key, test, sampler, num_classes, num_samples, estimator,
+                                 numerics)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import agents, leaderboard
+from neural_testbed import agents, base, leaderboard, networks
 from neural_testbed.agents import bbb
 
 PAPER = leaderboard.get_sweep("paper")
@@ -122,7 +122,7 @@ def test_weight_samples_have_the_posterior_moments():
 def test_strong_kl_pulls_the_posterior_to_the_prior():
     """With one training pair the KL / T term dominates: after training, the posterior
     stddevs of the hidden layer sit near sigma_1 and the means near 0 (the Gaussian prior),
-    far from their initial 0.05 and fan-in draws."""
+    far from their initial 0.01 and fan-in draws."""
     problem = next(p for p in PAPER.values()
                    if p.temperature == 0.5 and p.num_train == 1 and p.seed == 0)
     _, data = leaderboard.load_problem(problem)
@@ -132,6 +132,35 @@ def test_strong_kl_pulls_the_posterior_to_the_prior():
     stddev = np.log1p(np.exp(np.asarray(posterior.rho[1]["w"])))
     assert abs(np.median(stddev) - 0.5) < 0.05, np.median(stddev)
     assert np.median(np.abs(posterior.mean[1]["w"])) < 0.05
+
+
+def test_defaults_are_the_references():
+    """The reference's BBB factory config, its ENN's initial stddev and its batch size."""
+    config = bbb.BBBConfig()
+    assert (config.hidden, config.learning_rate, config.num_steps, config.batch_size,
+            config.num_samples, config.weight_prior, config.sigma_1, config.sigma_2,
+            config.mixture_pi, config.adaptive_scale, config.init_stddev) == (
+        (50, 50), 3e-3, 10_000, 100, 8, "gaussian", 0.3, 0.75, 1.0, True, 0.01)
+
+
+def test_the_posterior_starts_at_the_references_initialisation():
+    """The agent splits its key into (init, train). After one Adam step (each parameter moves
+    by at most the step size lr), the stddevs are within lr * softplus'(rho) of 0.01 and the
+    means within lr of a fresh init_mlp draw (fan-in scaled weights, zero biases)."""
+    x = jax.random.normal(jax.random.key(20), (20, 2))
+    data = base.Data(x=x, y=(x[:, 0] > 0).astype(jnp.int32))
+    prior = base.PriorKnowledge(input_dim=2, num_classes=2, num_train=20, env_hidden=(50, 50),
+                                temperature=0.1)
+    config = bbb.BBBConfig(num_steps=1)
+    key = jax.random.key(3)
+    posterior = jax.jit(bbb.make_bbb_agent(config).train)(key, data, prior)
+    lr, rho0 = config.learning_rate, math.log(math.expm1(0.01))
+    slope = 1 / (1 + math.exp(-(rho0 + lr)))  # softplus' = sigmoid, increasing
+    for rho in jax.tree.leaves(posterior.rho):
+        np.testing.assert_allclose(jax.nn.softplus(rho), 0.01, rtol=0, atol=lr * slope * 1.01)
+    start = networks.init_mlp(jax.random.split(key)[0], 2, (50, 50, 2))
+    for mean, fresh in zip(jax.tree.leaves(posterior.mean), jax.tree.leaves(start)):
+        np.testing.assert_allclose(mean, fresh, rtol=0, atol=lr * 1.01)
 
 
 def test_sweep_mixture_configs_train_against_the_mixture():

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import agents, base, leaderboard
+from neural_testbed import agents, base, generative, leaderboard
 from neural_testbed.agents import dropout
 from neural_testbed.likelihood import kl
 
@@ -88,8 +88,9 @@ def test_trains_under_vmap_with_traced_temperature_and_evaluates():
     evaluate = jax.jit(kl.make_evaluator(agent.enn, tau=10, num_classes=2, num_test=20,
                                          num_samples=50))
     one = jax.tree.map(lambda a: a[0], params)
-    result = evaluate(jax.random.key(1), one, loaded[0][0])
-    assert np.isfinite(result.kl) and bool(result.logits_finite)
+    test = generative.sample_test_data(jax.random.key(2), loaded[0][0], 20, 10)
+    result = evaluate(jax.random.key(1), one, test)
+    assert np.isfinite(result.kl) and bool(result.logits_valid)
 
 
 def test_sweep_is_the_papers_grid():

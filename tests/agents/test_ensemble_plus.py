@@ -1,4 +1,4 @@
-"""The ensemble+ agent: reduction to ensemble, bootstrap, fixed priors, Figure 5."""
+"""The ensemble+ agent: members vs the ensemble's, bootstrap, fixed priors, Figure 5."""
 
 import dataclasses
 
@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 from neural_testbed import agents, base, generative, leaderboard, networks
 from neural_testbed.agents import ensemble, ensemble_plus
@@ -37,21 +38,61 @@ def test_same_seed_same_members_and_different_indices_differ(trained):
             assert np.abs(logits[i] - logits[j]).max() > 1e-2, (i, j)
 
 
-def test_prior_scale_zero_without_bootstrap_is_exactly_the_ensemble():
-    _, data = leaderboard.load_problem(PROBLEM)
-    prior = leaderboard.prior_knowledge(PROBLEM)
-    plus = ensemble_plus.make_ensemble_plus_agent(
-        dataclasses.replace(SMALL, prior_scale=0.0, bootstrap="none"))
-    plain = ensemble.make_ensemble_agent(ensemble.EnsembleConfig(
-        num_ensemble=SMALL.num_ensemble, num_steps=SMALL.num_steps))
-    plus_state = jax.jit(plus.train)(jax.random.key(7), data, prior)
-    plain_state = jax.jit(plain.train)(jax.random.key(7), data, prior)
-    for a, b in zip(jax.tree.leaves(plus_state.params), jax.tree.leaves(plain_state.params)):
-        np.testing.assert_array_equal(a, b)
+def _toy_problem(num_train=20, input_dim=2):
+    """A small labelled set and its prior knowledge, built here (no problem sweep needed)."""
+    x = jax.random.normal(jax.random.key(20), (num_train, input_dim))
+    data = base.Data(x=x, y=(x[:, 0] > 0).astype(jnp.int32))
+    prior = base.PriorKnowledge(input_dim=input_dim, num_classes=2, num_train=num_train,
+                                env_hidden=(50, 50), temperature=0.1)
+    return data, prior
+
+
+def test_members_are_the_ensembles_with_the_references_first_bias():
+    """Same weights as the ensemble agent's; the first-layer bias, zero there, is a normal cut
+    at +-2 stddevs with stddev 1/sqrt(d), as the reference's ensemble+ network draws it."""
+    input_dim, num_members, sizes = 10, 100, (50, 50, 2)
+    key = ensemble.split_keys(jax.random.key(7)).init
+    plus = ensemble_plus.init_trained_members(key, num_members, input_dim, sizes)
+    plain = ensemble.init_members(key, num_members, input_dim, sizes)
+    assert not np.any(plain[0]["b"])
+    for i, (a, b) in enumerate(zip(plus, plain)):
+        np.testing.assert_array_equal(a["w"], b["w"])
+        if i:
+            np.testing.assert_array_equal(a["b"], b["b"])
+    bias = np.asarray(plus[0]["b"], np.float64).ravel()
+    assert bias.size == num_members * 50
+    stddev = 1 / np.sqrt(input_dim)
+    assert np.all(bias != 0) and np.all(np.abs(bias) <= 2 * stddev * (1 + 1e-5))
+    unit = scipy.stats.truncnorm(-2, 2)
+    var, fourth = unit.var() * stddev**2, unit.moment(4) * stddev**4
+    # Sample mean and variance within 4 standard errors: sqrt(var / n) and, for the variance,
+    # sqrt((mu_4 - sigma^4) / n). (An untruncated N(0, 1/d) bias would be 13 errors off.)
+    assert abs(bias.mean()) < 4 * np.sqrt(var / bias.size)
+    assert abs(bias.var() - var) < 4 * np.sqrt((fourth - var**2) / bias.size)
+    # Members differ in their biases.
+    assert not np.allclose(plus[0]["b"][0], plus[0]["b"][1])
+
+
+def test_the_agent_trains_from_these_members_and_samples_like_the_ensemble():
+    """After one Adam step of size 1e-6 the members are within that step of
+    init_trained_members' draw; with no prior and no bootstrap the logits are the members'
+    alone; and member indices are drawn exactly as the ensemble agent draws them."""
+    data, prior = _toy_problem()
+    config = dataclasses.replace(SMALL, prior_scale=0.0, bootstrap="none", num_steps=1,
+                                 learning_rate=1e-6)
+    plus = ensemble_plus.make_ensemble_plus_agent(config)
+    key = jax.random.key(7)
+    state = jax.jit(plus.train)(key, data, prior)
+    start = ensemble_plus.init_trained_members(
+        ensemble.split_keys(key).init, config.num_ensemble, 2, (50, 50, 2))
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(start)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
     x = jax.random.normal(jax.random.key(8), (20, 2))
-    for index in range(SMALL.num_ensemble):
-        np.testing.assert_array_equal(plus.enn.apply(plus_state, x, index),
-                                      plain.enn.apply(plain_state, x, index))
+    for index in range(config.num_ensemble):
+        np.testing.assert_allclose(
+            plus.enn.apply(state, x, index),
+            networks.apply_mlp(ensemble.select_member(state.params, index), x), rtol=1e-6)
+    plain = ensemble.make_ensemble_agent(ensemble.EnsembleConfig(num_ensemble=SMALL.num_ensemble))
     keys = jax.random.split(jax.random.key(9), 100)
     np.testing.assert_array_equal(jax.vmap(plus.enn.sample_index)(keys),
                                   jax.vmap(plain.enn.sample_index)(keys))

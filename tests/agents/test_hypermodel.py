@@ -6,8 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
-from neural_testbed import agents, leaderboard, networks
+from neural_testbed import agents, base, leaderboard, networks
 from neural_testbed.agents import hypermodel
 
 PAPER = leaderboard.get_sweep("paper")
@@ -53,17 +54,137 @@ def test_index_is_gaussian_with_unit_expected_squared_norm():
     assert np.all(np.abs(zs.var(axis=0) - 1 / k) < 4 * np.sqrt(2 / n) / k)
 
 
-def test_initial_networks_are_init_mlp_draws_mixed_by_the_index():
-    key, k = jax.random.key(5), 3
-    hyper = hypermodel.init_linear_hypermodel(key, 2, (50, 50, 2), k, first_bias_stddev=0.5)
-    for j, column_key in enumerate(jax.random.split(key, k)):
-        column = networks.init_mlp(column_key, 2, (50, 50, 2), 0.5)
-        for a, leaf in zip(jax.tree.leaves(hyper.a), jax.tree.leaves(column)):
-            np.testing.assert_allclose(a[..., j], leaf, rtol=1e-6, atol=1e-7)
+def _toy_problem(num_train=20, input_dim=2):
+    """A small labelled set and its prior knowledge, built here (no problem sweep needed)."""
+    x = jax.random.normal(jax.random.key(20), (num_train, input_dim))
+    data = base.Data(x=x, y=(x[:, 0] > 0).astype(jnp.int32))
+    prior = base.PriorKnowledge(input_dim=input_dim, num_classes=2, num_train=num_train,
+                                env_hidden=(50, 50), temperature=0.1)
+    return data, prior
+
+
+def _variance_tolerance(variance, n, num_stderr=5):
+    """num_stderr standard errors of the sample variance of n Gaussian draws.
+
+    That standard error is sigma^2 sqrt(2 / (n - 1)).
+    """
+    return num_stderr * variance * np.sqrt(2 / (n - 1))
+
+
+def _sample_indices(n, index_dim, seed):
+    keys = jax.random.split(jax.random.key(seed), n)
+    return jax.vmap(lambda key: hypermodel.sample_index(key, index_dim))(keys)
+
+
+def test_trained_hypermodel_starts_like_the_references():
+    """Every coefficient is TruncNormal(0, 1/k) cut at +-2 stddevs, whatever the fan-in, and
+    the offset is zero (the reference's default Haiku linear layer of the index, unscaled)."""
+    k = 5
+    hyper = hypermodel.init_linear_hypermodel(jax.random.key(5), 2, (50, 50, 2), k)
+    assert [layer["w"].shape for layer in hyper.a] == [(2, 50, k), (50, 50, k), (50, 2, k)]
+    assert [layer["b"].shape for layer in hyper.a] == [(50, k), (50, k), (2, k)]
     assert all(not np.any(b) for b in jax.tree.leaves(hyper.b))
-    z = jnp.array([0.5, -1.0, 2.0])
+    unit = scipy.stats.truncnorm(-2, 2)
+    var, fourth = unit.var() / k, unit.moment(4) / k**2  # of one coefficient
+    for leaf in jax.tree.leaves(hyper.a):
+        leaf = np.asarray(leaf, np.float64).ravel()
+        assert np.all(np.abs(leaf) <= 2 / np.sqrt(k) * (1 + 1e-6)) and np.all(leaf != 0)
+        # The sample variance of n i.i.d. draws has standard error sqrt((mu_4 - sigma^4) / n):
+        # within 5 of them of 0.774 / k in every leaf, weights of fan-in 2 and 50 and biases alike.
+        assert abs(np.mean(leaf**2) - var) < 5 * np.sqrt((fourth - var**2) / leaf.size)
+    z = jnp.array([0.5, -1.0, 2.0, 0.1, -0.3])
     generated = hypermodel.generate_params(hyper, z)
-    np.testing.assert_allclose(generated[1]["w"], hyper.a[1]["w"] @ z, rtol=1e-6)
+    np.testing.assert_allclose(generated[1]["b"], hyper.a[1]["b"] @ z, rtol=1e-6)
+
+
+def test_generated_biases_vary_across_indices_with_the_references_variance():
+    """For fixed coefficients, a generated parameter a_j . z is exactly N(0, |a_j|^2 / k)."""
+    k, n = 5, 4000
+    hyper = hypermodel.init_linear_hypermodel(jax.random.key(6), 2, (50, 50, 2), k)
+    generated = jax.vmap(hypermodel.generate_params, in_axes=(None, 0))(
+        hyper, _sample_indices(n, k, 7))
+    for layer, coefs in zip(generated, hyper.a):
+        for name in ("b", "w"):
+            samples = np.asarray(layer[name], np.float64).reshape(n, -1)
+            expected = (np.asarray(coefs[name], np.float64) ** 2).sum(-1).ravel() / k
+            assert np.all(samples.std(axis=0) > 0)
+            got = samples.var(axis=0, ddof=1)
+            assert np.all(np.abs(got - expected) < _variance_tolerance(expected, n)), name
+            # Averaged over the leaf's parameters, within 5 standard errors (of that mean over
+            # the leaf) of the reference's 0.774 / k.
+            stderr = got.std(ddof=1) / np.sqrt(got.size)
+            assert abs(got.mean() - scipy.stats.truncnorm(-2, 2).var() / k) < 5 * stderr, name
+
+
+def test_layer_index_slices_are_the_references():
+    assert [s.tolist() for s in hypermodel.layer_index_slices(5, 2)] == [[0, 1, 2], [3, 4]]
+    assert [s.tolist() for s in hypermodel.layer_index_slices(5, 3)] == [[0, 1], [2, 3], [4]]
+    assert [s.tolist() for s in hypermodel.layer_index_slices(7, 2)] == [[0, 1, 2, 3], [4, 5, 6]]
+    # Fewer coordinates than layers: every layer sees the whole index.
+    assert [s.tolist() for s in hypermodel.layer_index_slices(1, 2)] == [[0], [0]]
+    assert [s.tolist() for s in hypermodel.layer_index_slices(2, 3)] == [[0, 1]] * 3
+
+
+@pytest.mark.parametrize("index_dim, prior_hidden", [(5, (10,)), (5, (10, 10)), (1, (10,))])
+def test_prior_hypermodel_layers_use_their_index_slice_and_unit_directions(index_dim,
+                                                                           prior_hidden):
+    prior = hypermodel.init_prior_hypermodel(jax.random.key(8), 2, (*prior_hidden, 2), index_dim)
+    slices = hypermodel.layer_index_slices(index_dim, len(prior_hidden) + 1)
+    assert all(not np.any(b) for b in jax.tree.leaves(prior.b))  # no offset
+    for layer, coords in zip(prior.a, slices):
+        fan_in = layer["w"].shape[0]
+        outside = np.setdiff1d(np.arange(index_dim), coords)
+        for name, norm in (("w", 1 / np.sqrt(fan_in)), ("b", 1.0)):
+            coefs = np.asarray(layer[name])
+            assert not np.any(coefs[..., outside])
+            np.testing.assert_allclose(np.linalg.norm(coefs, axis=-1), norm, rtol=1e-5)
+    # Moving the index outside a layer's slice leaves that layer's parameters unchanged.
+    z = _sample_indices(1, index_dim, 9)[0]
+    for i, coords in enumerate(slices):
+        moved = z.at[np.setdiff1d(np.arange(index_dim), coords)].add(1.0)
+        for name in ("w", "b"):
+            np.testing.assert_array_equal(hypermodel.generate_params(prior, z)[i][name],
+                                          hypermodel.generate_params(prior, moved)[i][name])
+
+
+def test_prior_weights_and_biases_have_the_references_variance_and_an_output_bias():
+    """z ~ N(0, I/k) and unit directions: each generated weight is exactly N(0, 1/(k fan_in))
+    and each bias, the output layer's included, N(0, 1/k)."""
+    k, n = 5, 4000
+    prior = hypermodel.init_prior_hypermodel(jax.random.key(10), 2, (10, 2), k)
+    zs = _sample_indices(n, k, 11)
+    generated = jax.vmap(hypermodel.generate_params, in_axes=(None, 0))(prior, zs)
+    for layer in generated:
+        fan_in = layer["w"].shape[1]
+        for name, expected in (("w", 1 / (k * fan_in)), ("b", 1 / k)):
+            samples = np.asarray(layer[name], np.float64).reshape(n, -1)
+            assert np.all(np.abs(samples.mean(0)) < 5 * np.sqrt(expected / n)), name
+            assert np.all(np.abs(samples.var(0, ddof=1) - expected)
+                          < _variance_tolerance(expected, n)), name
+    # The output bias makes the prior nonzero at x = 0, differently for each index.
+    at_zero = jax.vmap(lambda z: networks.apply_mlp(
+        hypermodel.generate_params(prior, z), jnp.zeros((1, 2))))(zs[:3])
+    assert np.all(np.abs(np.asarray(at_zero)) > 0)
+    assert not np.allclose(at_zero[0], at_zero[1])
+
+
+def test_the_agent_starts_from_these_hypermodels():
+    """The agent splits its key into (init, train, prior, bootstrap); after one Adam step of
+    size 1e-6 the trained coefficients are within that step of init_linear_hypermodel's
+    draw, and the prior is init_prior_hypermodel's draw (up to the float rounding of its
+    normalisation, which XLA may fuse differently under jit)."""
+    data, prior = _toy_problem()
+    config = dataclasses.replace(SMALL, num_steps=1, learning_rate=1e-6, prior_hidden=(10, 10))
+    agent = hypermodel.make_hypermodel_agent(config)
+    key = jax.random.key(12)
+    state = jax.jit(agent.train)(key, data, prior)
+    init_key, _, prior_key, _ = jax.random.split(key, 4)
+    start = hypermodel.init_linear_hypermodel(init_key, 2, (50, 50, 2), config.index_dim)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(start)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
+    fixed = hypermodel.init_prior_hypermodel(prior_key, 2, (10, 10, 2), config.index_dim)
+    for a, b in zip(jax.tree.leaves(state.prior_params), jax.tree.leaves(fixed)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_prior_is_fixed_and_added_with_its_scale(trained):

@@ -60,7 +60,32 @@ def test_load_problem_is_deterministic_and_seeded():
     env_a, data_a = leaderboard.load_problem(paper["classification_2d/17"])
     env_b, data_b = leaderboard.load_problem(paper["classification_2d/17"])
     np.testing.assert_array_equal(data_a.x, data_b.x)
-    _, data_c = leaderboard.load_problem(paper["classification_2d/16"])  # another seed
+    _, data_c = leaderboard.load_problem(paper["classification_2d/16"])  # another problem
     assert not np.allclose(data_a.x, data_c.x)
     assert data_a.x.shape == (3, 2)
     assert jax.tree.structure(env_a) == jax.tree.structure(env_b)
+
+
+def _flat(env):
+    return np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(env.params)])
+
+
+def test_problems_of_one_seed_index_are_independent():
+    """Seed 3 at (0.01, T=10) and at (0.1, T=100): different environments, and the
+    smaller training set is not a prefix of the larger (the old sweep shared both)."""
+    paper = leaderboard.get_sweep("paper")
+    a = next(p for p in paper.values() if (p.temperature, p.num_train, p.seed) == (0.01, 10, 3))
+    b = next(p for p in paper.values() if (p.temperature, p.num_train, p.seed) == (0.1, 100, 3))
+    c = next(p for p in paper.values() if (p.temperature, p.num_train, p.seed) == (0.01, 100, 3))
+    env_a, data_a = leaderboard.load_problem(a)
+    env_b, data_b = leaderboard.load_problem(b)
+    env_c, data_c = leaderboard.load_problem(c)
+    assert not np.allclose(_flat(env_a), _flat(env_b))
+    assert not np.allclose(_flat(env_a), _flat(env_c))  # same temperature, other T
+    for small, large in ((data_a, data_b), (data_a, data_c)):
+        assert not np.isin(np.asarray(small.x[:, 0]), np.asarray(large.x[:, 0])).any()
+
+
+def test_every_problem_of_the_paper_sweep_has_its_own_key_seed():
+    paper = leaderboard.get_sweep("paper")
+    assert len({p.key_seed for p in paper.values()}) == len(paper)

@@ -90,7 +90,7 @@ def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path):
         errors = {pid: rows[(pid, 1)]["error"] for pid, _ in rows}
         assert "deliberate failure on T = 3" in errors["classification_2d/80"]
         assert "agent returned logits of shape (" in errors["classification_2d/110"]
-        assert "NaN or infinite logits" in errors["classification_2d/160"]
+        assert "NaN or +inf logits" in errors["classification_2d/160"]
         for pid in ("classification_2d/90", "classification_2d/91"):
             assert rows[(pid, 1)]["status"] == rows[(pid, 100)]["status"] == "ok"
         time.sleep(1.1)  # timestamps have one-second resolution

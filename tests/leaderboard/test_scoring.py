@@ -2,7 +2,9 @@
 
 import math
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from neural_testbed import leaderboard
 from neural_testbed.leaderboard import scoring
@@ -13,9 +15,9 @@ PROBLEMS = {pid: PAPER[pid] for pid in ("classification_2d/90", "classification_
                                         "classification_2d/110", "classification_2d/111")}
 
 
-def _row(agent, config_hash, pid, tau, kl, status="ok", accuracy=0.9, ece=0.1):
+def _row(agent, config_hash, pid, tau, kl, status="ok", accuracy=0.9, ece=0.1, **extra):
     p = PAPER[pid]
-    return {
+    return extra | {
         "agent": agent, "config_hash": config_hash, "config": f'{{"name":"{config_hash}"}}',
         "problem_id": pid, "temperature": p.temperature, "num_train": p.num_train,
         "seed": p.seed, "input_dim": 2, "num_classes": 2, "tau": tau, "num_test": 1000,
@@ -23,6 +25,16 @@ def _row(agent, config_hash, pid, tau, kl, status="ok", accuracy=0.9, ece=0.1):
         "accuracy": accuracy, "ece": ece, "train_seconds": 1.0, "eval_seconds": 0.5,
         "status": status, "error": "", "version": "0", "timestamp": "t",
     }
+
+
+def _pid(temperature, num_train, seed):
+    return next(pid for pid, p in PAPER.items()
+                if (p.temperature, p.num_train, p.seed) == (temperature, num_train, seed))
+
+
+def _sweep(num_trains, seeds, temperature=0.1):
+    return {pid: p for pid, p in PAPER.items() if p.temperature == temperature
+            and p.num_train in num_trains and p.seed in seeds}
 
 
 def _rows(agent, config_hash, kl1, kl100, **kwargs):
@@ -52,22 +64,27 @@ def _by_agent(records):
 
 def test_global_tuning_means_stderrs_and_normalisation():
     records, warnings = scoring.score_agents(ROWS, PROBLEMS, "global")
-    assert warnings == []
     mlp, ens = _by_agent(records)["mlp"], _by_agent(records)["ens"]
     assert mlp["config_hash"] == "A"
     assert mlp["kl_1"] == pytest.approx(0.2) and mlp["kl_100"] == pytest.approx(20)
-    # stderr of [0.2, 0.4, 0.1, 0.1]: sample variance 0.06 / 3 = 0.02, / 4 problems -> sqrt
-    assert mlp["kl_1_stderr"] == pytest.approx(math.sqrt(0.02 / 4))
+    # Stratified: T = 10 has [0.2, 0.4] (s2 = 0.02), T = 100 has [0.1, 0.1] (s2 = 0), so
+    # var = (2/4)^2 * 0.02 / 2 + 0 = 0.0025.
+    assert mlp["kl_1_stderr"] == pytest.approx(0.05)
     assert mlp["kl_agg"] == pytest.approx(0.4)
-    assert mlp["kl_1_norm"] == pytest.approx(1.0)
+    assert mlp["kl_1_norm"] == pytest.approx(1.0) and mlp["kl_1_norm_stderr"] == 0.0
     assert ens["kl_1"] == pytest.approx(0.1) and ens["kl_100"] == pytest.approx(10)
-    assert ens["kl_1_stderr"] == pytest.approx(0.05 / math.sqrt(3))
-    assert ens["kl_1_norm"] == pytest.approx(0.5) and ens["kl_100_norm"] == pytest.approx(0.5)
+    # ens has one problem at T = 100: no variance estimate there, so no stderr, and a warning.
+    assert math.isnan(ens["kl_1_stderr"]) and math.isnan(ens["kl_1_norm_stderr"])
+    assert warnings == ["standard errors are n/a for ens: some (temperature, T) setting has a "
+                        "single scored problem, so no variance estimate"]
+    # Paired: ens 0.1 over its 3 problems against mlp's (0.2 + 0.4 + 0.1) / 3 on the same ones.
+    assert ens["kl_1_norm"] == pytest.approx(3 / 7) and ens["kl_100_norm"] == pytest.approx(3 / 7)
     assert ens["kl_agg"] == pytest.approx(0.2)
     assert ens["accuracy"] == pytest.approx(0.8) and ens["ece"] == pytest.approx(0.2)
     assert ens["seconds_per_problem"] == pytest.approx(2.0)  # 1 s train + 2 x 0.5 s eval
-    assert (ens["problems"], ens["of"]) == (3, 4)
+    assert (ens["problems"], ens["of"], ens["clipped"]) == (3, 4, 0)
     assert ens["flag"] == "MISSING 1 of 4 problems" and mlp["flag"] == ""
+    assert ens["metric"] == "kl" and ens["selection"] == "same"
     assert [r["agent"] for r in records] == ["ens", "mlp"]  # sorted by d_KL^agg
 
 
@@ -83,8 +100,8 @@ def test_per_setting_tuning_picks_the_best_config_in_each_setting():
 
 def test_no_baseline_results_is_a_warning_and_nan_normalisation():
     records, warnings = scoring.score_agents(ENS, PROBLEMS)
-    assert len(warnings) == 1 and "no mlp results" in warnings[0]
-    assert math.isnan(records[0]["kl_1_norm"])
+    assert "no mlp results" in warnings[0]
+    assert math.isnan(records[0]["kl_1_norm"]) and math.isnan(records[0]["kl_1_norm_stderr"])
 
 
 def test_unknown_tuning_is_rejected():
@@ -113,15 +130,25 @@ def _five_seed_table():
 def test_compare_pairs_by_problem_and_tests_significance():
     rows, problems = _five_seed_table()
     records = scoring.compare_agents(rows, problems, "new", ["base"])
-    cells = {(r["num_train"], r["tau"]): r for r in records}
+    assert [r["scope"] for r in records] == ["pooled"] * 2 + ["setting"] * 4  # pooled first
+    pooled = {r["tau"]: r for r in records if r["scope"] == "pooled"}
+    cells = {(r["num_train"], r["tau"]): r for r in records if r["scope"] == "setting"}
     assert cells[(10, 1)]["kl_diff"] == pytest.approx(-1.0)
     # stderr of the paired differences: std(noise, ddof=1) / sqrt(5)
-    se = math.sqrt(sum(e * e for e in [0.0, 0.1, -0.1, 0.05, -0.05]) / 4 / 5)
-    assert cells[(10, 1)]["stderr"] == pytest.approx(se)
+    s2 = sum(e * e for e in [0.0, 0.1, -0.1, 0.05, -0.05]) / 4
+    assert cells[(10, 1)]["stderr"] == pytest.approx(math.sqrt(s2 / 5))
     assert cells[(10, 1)]["verdict"] == "better" and cells[(10, 1)]["pairs"] == 5
     assert cells[(10, 100)]["verdict"] == "n.s."
     assert cells[(100, 100)]["verdict"] == "worse"
     assert cells[(100, 100)]["kl_diff"] == pytest.approx(5.0)
+    # Pooled tau = 1: -1 at T = 10, 0 at T = 100, same noise in both; the spread between the
+    # settings is design, not noise: var = 2 * (5/10)^2 * s2 / 5, df = 10 pairs - 2 settings.
+    p1 = pooled[1]
+    assert (p1["temperature"], p1["num_train"], p1["pairs"], p1["df"]) == (None, None, 10, 8)
+    assert p1["kl_diff"] == pytest.approx(-0.5)
+    assert p1["stderr"] == pytest.approx(math.sqrt(2 * 0.25 * s2 / 5))
+    assert p1["p_value"] == pytest.approx(2 * stats.t.sf(0.5 / p1["stderr"], 8))
+    assert p1["verdict"] == "better" and pooled[100]["verdict"] == "worse"
 
 
 def test_compare_without_results_for_an_agent_is_a_clear_error():
@@ -132,7 +159,159 @@ def test_compare_without_results_for_an_agent_is_a_clear_error():
 
 
 def test_format_records_as_csv_and_markdown():
-    records = [{"agent": "a", "kl": 0.5}, {"agent": "b", "kl": math.nan}]
-    assert scoring.format_records(records, "csv").splitlines() == ["agent,kl", "a,0.5", "b,nan"]
-    assert scoring.format_records(records, "markdown").splitlines()[2] == "| a | 0.5 |"
+    records = [{"agent": "a", "kl": 0.5, "T": None}, {"agent": "b", "kl": math.nan, "T": 3}]
+    assert scoring.format_records(records, "csv").splitlines() == ["agent,kl,T", "a,0.5,",
+                                                                   "b,nan,3"]
+    assert scoring.format_records(records, "markdown").splitlines()[2] == "| a | 0.5 |  |"
     assert "n/a" in scoring.format_records(records, "table")
+
+
+def _table(values_by_agent, problems, tau_100_scale=100.0, **extra):
+    """Rows of one config per agent: ``values_by_agent[agent][pid]`` is its KL at tau = 1."""
+    return [_row(agent, agent.upper(), pid, tau, kl * (tau_100_scale if tau == 100 else 1.0),
+                 **extra)
+            for agent, values in values_by_agent.items() for pid, kl in values.items()
+            for tau in (1, 100)]
+
+
+def test_stratified_mean_and_stderr_by_hand():
+    problems = {**_sweep((10,), (0, 1, 2)), **_sweep((100,), (0, 1))}
+    kl = {_pid(0.1, 10, 0): 1.0, _pid(0.1, 10, 1): 2.0, _pid(0.1, 10, 2): 3.0,
+          _pid(0.1, 100, 0): 10.0, _pid(0.1, 100, 1): 14.0}
+    records, warnings = scoring.score_agents(_table({"a": kl}, problems), problems, baseline="a")
+    a = records[0]
+    # mean = (3/5) * 2 + (2/5) * 12 = 6;
+    # var = (3/5)^2 * s2(1, 2, 3) / 3 + (2/5)^2 * s2(10, 14) / 2 = 0.36 / 3 + 0.16 * 8 / 2 = 0.76
+    # (the unstratified stderr, sqrt(32.5 / 5) = 2.55, would count the settings' spread as noise).
+    assert a["kl_1"] == pytest.approx(6.0) and a["kl_1_stderr"] == pytest.approx(math.sqrt(0.76))
+    assert a["kl_100_stderr"] == pytest.approx(100 * math.sqrt(0.76))
+    assert warnings == []
+    cells = {r["num_train"]: r for r in scoring.kl_by_setting(_table({"a": kl}, problems),
+                                                              problems) if r["tau"] == 1}
+    assert cells[10]["kl"] == pytest.approx(2.0)
+    assert cells[10]["kl_stderr"] == pytest.approx(math.sqrt(1 / 3))
+    assert cells[100]["kl_stderr"] == pytest.approx(2.0)
+
+
+def test_ratio_stderr_by_hand_from_the_delta_method():
+    base = dict(zip(IDS, [1.0, 3.0, 10.0, 14.0]))  # T = 10: 1, 3; T = 100: 10, 14
+    new = dict(zip(IDS, [1.0, 2.0, 4.0, 8.0]))
+    records, _ = scoring.score_agents(_table({"mlp": base, "new": new}, PROBLEMS), PROBLEMS)
+    r = _by_agent(records)["new"]
+    ratio = 3.75 / 7.0  # means 15 / 4 over 28 / 4
+    # Per setting (n_s = 2, weight 1/2): s2_a = 0.5, 8; s2_b = 2, 8; cov = 1, 8; each enters as
+    # (1/2)^2 * x / 2, so var(A) = 8.5 / 8, var(B) = 10 / 8, cov(A, B) = 9 / 8.
+    var = (8.5 / 8 - 2 * ratio * 9 / 8 + ratio**2 * 10 / 8) / 7.0**2
+    assert r["kl_1_norm"] == pytest.approx(ratio)
+    assert r["kl_1_norm_stderr"] == pytest.approx(math.sqrt(var))
+
+
+def test_ratio_stderr_matches_the_spread_of_the_ratio_over_replicates():
+    """Many independent sweeps of two correlated agents: the delta-method stderr predicts
+    the ratio's spread; dividing the two agents' own errors does not (it ignores pairing)."""
+    problems = _sweep((10, 100), range(10))
+    setting_mean = {10: 2.0, 100: 0.5}
+    rng = np.random.default_rng(0)
+    num_replicates = 400
+    ratios, stderrs, naive = [], [], []
+    for _ in range(num_replicates):
+        base, new = {}, {}
+        for pid, p in problems.items():
+            difficulty = setting_mean[p.num_train] * (1 + 0.3 * rng.standard_normal())
+            base[pid] = difficulty
+            new[pid] = 0.6 * difficulty + 0.05 * setting_mean[p.num_train] * rng.standard_normal()
+        records, _ = scoring.score_agents(_table({"mlp": base, "new": new}, problems), problems)
+        mlp, r = _by_agent(records)["mlp"], _by_agent(records)["new"]
+        ratios.append(r["kl_1_norm"])
+        stderrs.append(r["kl_1_norm_stderr"])
+        naive.append(r["kl_1_norm"] * math.hypot(r["kl_1_stderr"] / r["kl_1"],
+                                                 mlp["kl_1_stderr"] / mlp["kl_1"]))
+    spread = np.std(ratios, ddof=1)
+    # The sample sd of 400 replicates has a relative standard error of 1 / sqrt(2 * 399) = 3.5%:
+    # allow 4 of them (plus the delta method's O(1/n) bias, small here).
+    tolerance = 4 / math.sqrt(2 * (num_replicates - 1))
+    assert np.sqrt(np.mean(np.square(stderrs))) == pytest.approx(spread, rel=tolerance)
+    assert abs(np.sqrt(np.mean(np.square(naive))) / spread - 1) > 3 * tolerance
+
+
+def test_pooled_comparison_in_one_setting_is_scipys_paired_t_test():
+    problems = _sweep((10,), range(10))
+    rng = np.random.default_rng(1)
+    base = {pid: float(v) for pid, v in zip(problems, rng.uniform(0.5, 1.5, 10))}
+    new = {pid: base[pid] + float(rng.normal(0.05, 0.1)) for pid in problems}
+    records = scoring.compare_agents(_table({"base": base, "new": new}, problems), problems,
+                                     "new", ["base"])
+    pooled, cell = records[0], next(r for r in records if r["scope"] == "setting")
+    diffs = [new[pid] - base[pid] for pid in problems]
+    assert pooled["scope"] == "pooled" and (pooled["pairs"], pooled["df"]) == (10, 9)
+    assert pooled["kl_diff"] == pytest.approx(np.mean(diffs))
+    assert pooled["stderr"] == pytest.approx(stats.sem(diffs))
+    assert pooled["p_value"] == pytest.approx(stats.ttest_1samp(diffs, 0.0).pvalue)
+    expected = stats.ttest_rel([new[pid] for pid in problems], [base[pid] for pid in problems])
+    assert cell["p_value"] == pytest.approx(expected.pvalue)
+    assert cell["verdict"] == ("n.s." if expected.pvalue >= 0.05 else "worse")
+
+
+def test_held_out_selection_chooses_on_the_first_half_and_reports_the_second():
+    problems = _sweep((10, 100), range(4))
+    # P looks best on seeds 0, 1 (the selection half) but is poor on seeds 2, 3;
+    # Q is steady and best on all seeds together (0.25 < 0.3).
+    p_kl = {pid: 0.1 if p.seed < 2 else 0.5 for pid, p in problems.items()}
+    q_kl = dict.fromkeys(problems, 0.25)
+    rows = [_row("agent", name, pid, tau, kl * (100 if tau == 100 else 1))
+            for name, values in (("P", p_kl), ("Q", q_kl)) for pid, kl in values.items()
+            for tau in (1, 100)]
+    rows += _table({"mlp": dict.fromkeys(problems, 0.5)}, problems)
+    same = _by_agent(scoring.score_agents(rows, problems, baseline="mlp")[0])["agent"]
+    assert same["config_hash"] == "Q" and same["kl_1"] == pytest.approx(0.25)
+    assert same["selection"] == "same" and same["of"] == 8
+    for tuning in scoring.TUNINGS:
+        held = _by_agent(scoring.score_agents(rows, problems, tuning, selection="held-out")[0])
+        agent = held["agent"]
+        assert agent["config_hash"] == "P" and agent["kl_1"] == pytest.approx(0.5)
+        assert (agent["problems"], agent["of"], agent["selection"]) == (4, 4, "held-out")
+        assert agent["kl_1_norm"] == pytest.approx(1.0)
+    records = scoring.compare_agents(rows, problems, "agent", ["mlp"], selection="held-out")
+    assert records[0]["pairs"] == 4 and records[0]["kl_diff"] == pytest.approx(0.0)
+    assert {r["selection"] for r in records} == {"held-out"}
+    cells = scoring.kl_by_setting(rows, problems, selection="held-out")
+    mine = [r for r in cells if r["agent"] == "agent"]
+    assert len(mine) == 4 and all(r["problems"] == 2 for r in mine)
+    assert [r["kl"] / r["tau"] for r in mine] == pytest.approx([0.5] * 4)
+
+
+def test_held_out_selection_needs_two_seeds_in_every_setting():
+    problems = {**_sweep((10,), (0, 1)), **_sweep((100,), (0,))}
+    rows = _table({"mlp": dict.fromkeys(problems, 0.5)}, problems)
+    with pytest.raises(ValueError, match=r"at least 2 seeds .* setting \(0.1, 100\) has 1"):
+        scoring.score_agents(rows, problems, selection="held-out")
+    with pytest.raises(ValueError, match="unknown selection 'half'; allowed: same, held-out"):
+        scoring.score_agents(rows, problems, selection="half")
+
+
+def test_rows_with_clipped_kl_terms_are_flagged():
+    def clip(rows, pid, tau, count):
+        return [r | {"num_clipped": count} if (r["problem_id"], r["tau"]) == (pid, tau) else r
+                for r in rows]
+
+    # Chosen config A: one clipped row; unchosen B: a clipped row that must not count;
+    # ens: a missing problem and a clipped row.
+    rows = (clip(MLP_A, IDS[0], 100, 7) + clip(MLP_B, IDS[2], 1, 3)
+            + clip(ENS, IDS[1], 1, 1) + ENS_FAILED)
+    records, _ = scoring.score_agents(rows, PROBLEMS)
+    mlp, ens = _by_agent(records)["mlp"], _by_agent(records)["ens"]
+    assert (mlp["clipped"], mlp["flag"]) == (1, "CLIPPED 1 row")
+    assert (ens["clipped"], ens["flag"]) == (1, "MISSING 1 of 4 problems; CLIPPED 1 row")
+    pooled = {r["tau"]: r for r in scoring.compare_agents(rows, PROBLEMS, "ens", ["mlp"])
+              if r["scope"] == "pooled"}
+    assert pooled[1]["flag"] == "MISSING 1 of 4 problems; CLIPPED 1 row"
+    assert pooled[100]["clipped"] == 1  # mlp's row
+    records, _ = scoring.score_agents(clip(rows, IDS[1], 100, 2), PROBLEMS)
+    assert _by_agent(records)["ens"]["flag"] == "MISSING 1 of 4 problems; CLIPPED 2 rows"
+
+
+def test_a_sweep_mixing_kl_and_nll_rows_is_refused():
+    nll = [r | {"metric": "nll"} for r in ENS]
+    assert scoring.score_agents(nll, PROBLEMS)[0][0]["metric"] == "nll"
+    with pytest.raises(ValueError, match=r"mix metrics \(kl, nll\)"):
+        scoring.score_agents(MLP_A + nll, PROBLEMS)

@@ -6,35 +6,39 @@ import sys
 
 import pytest
 
-from neural_testbed import agents, base, leaderboard
+from neural_testbed import agents, leaderboard
+from neural_testbed.leaderboard import runner
 from neural_testbed.leaderboard import store as store_lib
 
 PROBLEMS = leaderboard.get_sweep("smoke")
 CONFIG = agents.MLPConfig()
 
 
-def _result(pid, tau, kl=0.5, status="ok"):
-    p = PROBLEMS[pid]
-    return base.ProblemResult("mlp", pid, p.temperature, p.num_train, p.seed, tau, kl, 0.01,
-                              0.9, 0.05, 1.0, 0.5, status, "" if status == "ok" else "boom")
+def _result(pid, tau, kl=0.5, status="ok", config=CONFIG, agent="mlp"):
+    return runner.result_row(
+        agent, store_lib.config_hash(agent, config), store_lib.config_json(config),
+        PROBLEMS[pid], tau, "auto", 0, kl=kl, kl_stderr=0.01, num_clipped=0, accuracy=0.9,
+        ece=0.05, train_seconds=1.0, compile_seconds=0.2, eval_seconds=0.5, status=status,
+        error="" if status == "ok" else "boom")
 
 
 def test_round_trip_and_done_keys(tmp_path):
     with leaderboard.ResultsStore(tmp_path / "r.db") as store:
-        store.write([_result(pid, tau) for pid in PROBLEMS for tau in (1, 100)],
-                    CONFIG, PROBLEMS, "auto", 0)
+        store.write([_result(pid, tau) for pid in PROBLEMS for tau in (1, 100)])
         rows = store.rows()
         assert len(rows) == 8
         assert rows[0]["config_hash"] == store_lib.config_hash("mlp", CONFIG)
         assert rows[0]["config"] == store_lib.config_json(CONFIG)
         assert {r["status"] for r in rows} == {"ok"} and rows[0]["version"]
+        assert rows[0]["metric"] == "kl" and rows[0]["num_clipped"] == 0
+        assert rows[0]["compile_seconds"] == 0.2
         done = store.done("mlp", CONFIG, "auto", 0)
         assert ("classification_2d/90", 100, 1000, 1000) in done and len(done) == 8
         assert store.done("mlp", CONFIG, "auto", 1) == set()  # another agent seed
         other = agents.MLPConfig(l2_weight_decay=0.5)
         assert store.done("mlp", other, "auto", 0) == set()
         # Writing the same key again replaces the row: no duplicates.
-        store.write([_result("classification_2d/90", 1, kl=0.7)], CONFIG, PROBLEMS, "auto", 0)
+        store.write([_result("classification_2d/90", 1, kl=0.7)])
         assert len(store.rows()) == 8
         assert store.to_csv(tmp_path / "r.csv") == 8
 
@@ -48,14 +52,17 @@ def test_config_hash_is_stable_and_distinguishes_agents_and_values():
 
 _WRITER = """
 import sys
-from neural_testbed import agents, base, leaderboard
-problems = leaderboard.get_sweep("paper")
+from neural_testbed import agents, leaderboard
+from neural_testbed.leaderboard import configs, runner
+problem = leaderboard.get_sweep("paper")["classification_2d/0"]
 store = leaderboard.ResultsStore(sys.argv[1])
 for i in range(int(sys.argv[3])):
     config = agents.MLPConfig(num_steps=1 + i)
-    row = base.ProblemResult(sys.argv[2], "classification_2d/0", 0.01, 1, 0, 1, 0.1, 0.01, 1.0,
-                             0.0, 0.1, 0.1)
-    store.write([row], config, problems, "auto", 0)
+    row = runner.result_row(
+        sys.argv[2], configs.config_hash(sys.argv[2], config), configs.config_json(config),
+        problem, 1, "auto", 0, kl=0.1, kl_stderr=0.01, num_clipped=0, accuracy=1.0, ece=0.0,
+        train_seconds=0.1, compile_seconds=0.0, eval_seconds=0.1)
+    store.write([row])
 """
 
 
@@ -96,5 +103,17 @@ def test_store_from_an_incompatible_version_is_a_clear_error(tmp_path):
     leaderboard.ResultsStore(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(store_lib.StoreError, match="schema version 99 .* reads schema version 1"):
+    with pytest.raises(store_lib.StoreError, match="schema version 99 .* reads schema version 2"):
         leaderboard.ResultsStore(path)
+
+
+def test_store_of_the_old_problem_definition_is_refused_in_one_line(tmp_path):
+    """Rows of schema 1 came from problems that shared environments: never mixed with new."""
+    path = tmp_path / "old.db"
+    leaderboard.ResultsStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    with pytest.raises(store_lib.StoreError) as error:
+        leaderboard.ResultsStore(path)
+    assert "old problem definition" in str(error.value) and "\n" not in str(error.value)
+    assert "new --db" in str(error.value)

@@ -85,7 +85,7 @@ def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
                              "ref.db", "--format", "csv"], workdir)
     assert status == 0, err
     lines = out.strip().splitlines()
-    assert lines[0].startswith("agent,kl_1,kl_1_stderr,kl_1_norm,kl_100")
+    assert lines[0].startswith("agent,kl_1,kl_1_stderr,kl_1_norm,kl_1_norm_stderr,kl_100")
     assert {line.split(",")[0] for line in lines[1:]} == {"toy", "mlp"}
     status, out, err = _run(["leaderboard", "--sweep", "smoke", "--db", "ref.db",
                              "--tuning", "per-setting", "--format", "markdown"], workdir)

@@ -156,3 +156,64 @@ def test_estimates_stay_finite_for_confident_members():
     part = likelihood.partition_log_likelihood(jax.random.key(0), log_p, y, log_w)
     np.testing.assert_allclose(float(mc), np.log(0.5) - 100.0, rtol=1e-5)
     assert np.isfinite(float(part))
+
+
+# ----- Algorithm 4 never underflows: per-cell log-sum-exp ------------------------------
+def _algorithm4_in_float64(cells, label_log_probs, log_weights, numerics, num_samples=1000):
+    """Algorithm 4 from its definition, in float64 log space with scipy's logsumexp."""
+    from scipy.special import logsumexp
+
+    lp = np.asarray(label_log_probs, np.float64)
+    lw = np.asarray(log_weights, np.float64)
+    if numerics == "reference":
+        from scipy.stats import norm
+
+        lp = np.clip(lp, norm.logcdf(-5.0), norm.logcdf(5.0))
+    terms = []
+    for cell in np.unique(cells):
+        members = cells == cell
+        log_weight = logsumexp(lw[members])
+        log_sum = logsumexp(lp[members] + lw[members, None], axis=0)  # [tau]
+        if numerics == "reference":
+            eps = np.log(1e-6 / num_samples)
+            log_mean = np.logaddexp(log_sum, eps) - np.logaddexp(log_weight, eps)
+        else:
+            log_mean = log_sum - log_weight
+        terms.append(log_weight + log_mean.sum())
+    return logsumexp(terms)
+
+
+@pytest.mark.parametrize("numerics", ["reference", "paper"])
+@pytest.mark.parametrize("gap", [80.0, 90.0, 200.0, 1000.0])
+def test_partition_is_finite_and_exact_for_large_gaps_between_members(gap, numerics):
+    """Two members, each ``gap`` nats below the other on some inputs: with the paper's
+    numerics member A loses it all at input 1 and member B at input 3 of tau = 5 (the old
+    shared per-input shift made both cells log(0), so the estimate was -inf while the
+    exact value is about -gap); with the reference's probability floor (no per-input gap
+    can exceed 15 nats) A loses it over the first 50 of tau = 100 inputs and B over the
+    last 50. The estimate is finite and equals Algorithm 4 computed in float64."""
+    tau = 5 if numerics == "paper" else 100
+    a = np.full(tau, np.log(0.9))
+    b = a.copy()
+    if numerics == "paper":
+        a[1] -= gap
+        b[3] -= gap
+    else:
+        a[:50] -= gap / 50
+        b[50:] -= gap / 50
+    label_log_probs = np.stack([a, b])  # [2, tau], the label's log-probability
+    other = np.log1p(-np.exp(label_log_probs))  # the other class
+    log_probs = jnp.asarray(np.stack([label_log_probs, other], axis=-1), jnp.float32)
+    y = jnp.zeros(tau, jnp.int32)
+    log_w = jnp.log(jnp.array([0.3, 0.7]))
+    split = 0
+    for seed in range(12):
+        key = jax.random.key(seed)
+        cells = np.asarray(likelihood.partition_cells(key, log_probs))
+        split += len(set(cells)) == 2
+        est = likelihood.partition_log_likelihood(key, log_probs, y, log_w, numerics=numerics)
+        expected = _algorithm4_in_float64(cells, log_probs[..., 0], log_w, numerics)
+        assert np.isfinite(float(est))
+        # float32 log-probabilities summed over tau inputs: rounding of ~1e-7 relative each.
+        np.testing.assert_allclose(float(est), expected, rtol=1e-5, atol=1e-4)
+    assert split > 0  # split cells, where the old estimate was log(0)
