@@ -26,7 +26,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import base, leaderboard, likelihood
+from neural_testbed import base, leaderboard, likelihood, memory
 
 _HIDDEN = 50
 
@@ -53,11 +53,11 @@ def _enns(key):
 
 def _problem_test_samples(key, tau):
     problem = leaderboard.get_sweep("paper")["classification_2d/97"]
-    instance = problem.build(problem.build_args())
-    return problem.sample_test(key, instance.env, problem.num_test, tau), problem.num_classes
+    return problem.sample_test(key, problem.instance().env, tau), problem.num_classes
 
 
 def main() -> None:
+    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()

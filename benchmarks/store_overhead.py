@@ -16,10 +16,11 @@ import statistics
 import tempfile
 import time
 
-from neural_testbed import agents, leaderboard
+from neural_testbed import agents, leaderboard, memory
 
 
 def main() -> None:
+    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="quick")
     parser.add_argument("--repeats", type=int, default=3)
@@ -30,7 +31,7 @@ def main() -> None:
     for _ in range(args.repeats):
         start = time.perf_counter()
         rows = leaderboard.run_agent(agents.make_mlp_agent(config), problems.values(), "mlp",
-                                     progress=False)
+                                     config=config, progress=False)
         runner_s.append(time.perf_counter() - start)
         with tempfile.TemporaryDirectory() as tmp:
             with leaderboard.ResultsStore(os.path.join(tmp, "a.db")) as store:
@@ -43,7 +44,7 @@ def main() -> None:
                 store.done("mlp", config, "auto", 0)
                 batch = len(rows) // 7 or 1  # about one transaction per shape group
                 for i in range(0, len(rows), batch):
-                    store.write(rows[i:i + batch], config, problems, "auto", 0)
+                    store.write(rows[i:i + batch])
                 store_s.append(time.perf_counter() - start)
     n = len(problems)
     med = statistics.median

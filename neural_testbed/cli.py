@@ -207,6 +207,8 @@ def _problem_table(rows: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> st
             r = by_tau.get(tau)
             ok = r is not None and r["status"] == "ok"
             cell = "{:.4f} ± {:.4f}".format(r["kl"], r["kl_stderr"]) if ok else "failed"
+            if ok and r["num_clipped"]:
+                cell += f" !{r['num_clipped']}"  # infinite terms clipped
             line += f"{cell:>24}"
         marginal = by_tau.get(taus[0])
         if marginal is not None and marginal["status"] == "ok":
@@ -222,7 +224,8 @@ def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
         return "aggregate: no successful problems"
     r = records[0]
     taus = sorted({t for p in problems for t in p.taus})
-    parts = [f"d_KL^{tau} = {r[f'kl_{tau}']:.4f} ± {r[f'kl_{tau}_stderr']:.4f}" for tau in taus]
+    name = "d_KL" if r["metric"] == "kl" else "NLL"
+    parts = [f"{name}^{tau} = {r[f'kl_{tau}']:.4f} ± {r[f'kl_{tau}_stderr']:.4f}" for tau in taus]
     parts.append(f"d_KL^agg = {r['kl_agg']:.4f}")
     parts.append(f"accuracy = {r['accuracy']:.3f}, ECE = {r['ece']:.3f}")
     # A problem of the sweep with no rows at all was left to another shard.
@@ -234,7 +237,13 @@ def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
     if num_missing:
         counts += f", {num_missing} not computed here (other shards)"
     parts.append(counts)
-    return "aggregate: " + ", ".join(parts)
+    line = "aggregate (stratified ± se): " + ", ".join(parts)
+    clipped = [row for row in rows if row["status"] == "ok" and row["num_clipped"]]
+    if clipped:
+        line += (f"\nCLIPPED: {len(clipped)} rows (marked !k) had k test samples whose labels "
+                 "the agent gave probability 0; those infinite terms were clipped to the largest "
+                 "finite one, as the reference does, which flatters an overconfident agent")
+    return line
 
 
 def _cmd_run(args) -> int:
@@ -257,8 +266,12 @@ def _cmd_run(args) -> int:
     taus = sorted({t for p in problems for t in p.taus})
     print(_problem_table(rows, taus))
     print(_aggregate_line(rows, problems))
-    print(f"time: {seconds:.1f} s; {summary.computed} rows computed, {summary.reused} reused "
-          f"from {args.db}")
+    compiling = ""
+    if not summary.reused:  # every row was computed by this run
+        per_problem = {r["problem_id"]: r["compile_seconds"] for r in rows if r["status"] == "ok"}
+        compiling = f" ({sum(per_problem.values()):.1f} s of it compiling)"
+    print(f"time: {seconds:.1f} s{compiling}; {summary.computed} rows computed, "
+          f"{summary.reused} reused from {args.db}")
     if args.output:
         print(f"wrote {len(rows)} rows to {args.output}")
     return _report_failures(rows, args.keep_going)

@@ -28,7 +28,7 @@ def test_run_prints_each_problem_and_an_aggregate_and_writes_csv(tmp_path, capsy
     out = capsys.readouterr().out
     for pid in leaderboard.get_sweep("quick"):
         assert pid in out
-    assert "aggregate: d_KL^1 = " in out and "d_KL^100 = " in out and "d_KL^agg = " in out
+    assert "aggregate (stratified ± se): d_KL^1 = " in out and "d_KL^100 = " in out and "d_KL^agg = " in out
     with open(out_csv) as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * len(leaderboard.get_sweep("quick"))

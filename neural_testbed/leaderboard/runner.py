@@ -53,18 +53,11 @@ class BatchRunner:
         self.agent_seed = agent_seed
         self._compiled: dict[tuple[str, int], Callable] = {}
 
-        def build(key_seeds, args):
-            def one(key_seed, problem_args):
-                keys = base.problem_keys(key_seed)
-                instance = template.build(keys.build, problem_args)
-                agent_key = jax.random.fold_in(keys.agent, agent_seed)
-                return instance, agent_key, keys.test
-            return jax.vmap(one)(key_seeds, args)
-
         def train(agent_keys, instances):
+            agent_keys = jax.vmap(lambda key: jax.random.fold_in(key, agent_seed))(agent_keys)
             return jax.vmap(agent.train)(agent_keys, instances.data, instances.prior)
 
-        self._programs: dict[str, Callable] = {"build": build, "train": train}
+        self._programs: dict[str, Callable] = {"train": train}
         for tau in template.taus:
             evaluate_one = kl.make_evaluator(
                 agent.enn, tau, template.num_classes, template.num_test,
@@ -81,17 +74,12 @@ class BatchRunner:
 
     def _call(self, name: str, *args) -> tuple[Any, float, float]:
         """Runs program ``name``; returns (result, compile seconds, run seconds)."""
-        size = len(jax.tree.leaves(args)[0])
-        compiled = self._compiled.get((name, size))
-        compile_seconds = 0.0
-        if compiled is None:
-            start = time.perf_counter()
-            compiled = jax.jit(self._programs[name]).lower(*args).compile()
-            compile_seconds = time.perf_counter() - start
-            self._compiled[(name, size)] = compiled
-        start = time.perf_counter()
-        result = jax.block_until_ready(compiled(*args))
-        return result, compile_seconds, time.perf_counter() - start
+        if name == "build":  # depends on the problem shape only: shared by every agent
+            cache, cache_key, program = _BUILD_PROGRAMS, self.template.shape, _build_program(
+                self.template)
+        else:
+            cache, cache_key, program = self._compiled, name, self._programs[name]
+        return _run_compiled(cache, (cache_key, len(jax.tree.leaves(args)[0])), program, args)
 
     def __call__(self, batch: Sequence[base.Problem], num_real: int) -> list[base.ProblemResult]:
         """Rows for the first ``num_real`` problems of ``batch`` (the rest is
@@ -134,6 +122,39 @@ class BatchRunner:
     def _result(self, problem, tau, **values) -> base.ProblemResult:
         return result_row(self.agent_name, self.config_hash, self.config_json, problem, tau,
                           self.estimator, self.agent_seed, **values)
+
+
+def _build_program(template: base.Problem) -> Callable:
+    """Instances, agent keys and test keys of a batch of problems of ``template``'s shape."""
+
+    def build(key_seeds, args):
+        def one(key_seed, problem_args):
+            keys = base.problem_keys(key_seed)
+            return template.build(keys.build, problem_args), keys.agent, keys.test
+        return jax.vmap(one)(key_seeds, args)
+
+    return build
+
+
+# Compiled build programs of this process, by (problem shape, batch size): every
+# agent config of a sweep builds its problems with the same program.
+_BUILD_PROGRAMS: dict[tuple, Callable] = {}
+
+
+def _run_compiled(
+    cache: dict, cache_key: tuple, program: Callable, args
+) -> tuple[Any, float, float]:
+    """Compiles ``program`` for ``args`` once per ``cache_key`` (timed), then runs it (timed)."""
+    compiled = cache.get(cache_key)
+    compile_seconds = 0.0
+    if compiled is None:
+        start = time.perf_counter()
+        compiled = jax.jit(program).lower(*args).compile()
+        compile_seconds = time.perf_counter() - start
+        cache[cache_key] = compiled
+    start = time.perf_counter()
+    result = jax.block_until_ready(compiled(*args))
+    return result, compile_seconds, time.perf_counter() - start
 
 
 def result_row(agent_name: str, config_hash: str, config_json: str, problem: base.Problem,
