@@ -20,6 +20,7 @@ __all__ = [
     "ENN",
     "Agent",
     "Data",
+    "HostAgent",
     "EpistemicSampler",
     "Metric",
     "PriorKnowledge",
@@ -92,6 +93,29 @@ class Agent(NamedTuple):
 
     train: Callable[[jax.Array, Data, PriorKnowledge], State]
     enn: ENN
+
+
+class HostAgent(NamedTuple):
+    """An agent whose training runs as ordinary Python (NumPy, scikit-learn, PyTorch).
+
+    The runner trains it problem by problem (no ``vmap``) and the evaluator
+    asks it for the logits of many networks at once, so that a model from any
+    framework is evaluated exactly as a JAX agent is.
+
+    Attributes:
+      train: ``(seed: int, data: Data of NumPy arrays, prior) -> state``, any
+        Python object.
+      sample: ``(state, x [networks, n, d], indices [networks]) -> logits
+        [networks, n, K]``, NumPy arrays: network ``i`` is the one of index
+        ``indices[i]`` (a uint32 seed, or a member id) applied to ``x[i]``.
+      num_indices: ``None`` when every index is a random seed (each network a
+        fresh posterior sample), ``n`` for members ``0 .. n-1`` (1 for a single
+        model: then each distinct member is evaluated once, weighted).
+    """
+
+    train: Callable[[int, Data, PriorKnowledge], Any]
+    sample: Callable[[Any, Any, Any], Any]
+    num_indices: int | None = None
 
 
 def sampler_as_enn(sampler: EpistemicSampler) -> ENN:

@@ -13,13 +13,20 @@ from neural_testbed.agents.hypermodel import (
     hypermodel_sweep,
     make_hypermodel_agent,
 )
+from neural_testbed.agents.knn import KnnConfig, knn_sweep, make_knn_agent
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
+from neural_testbed.agents.random_forest import (
+    RandomForestConfig,
+    make_random_forest_agent,
+    random_forest_sweep,
+)
 from neural_testbed.agents.registry import (
     AGENTS,
     AgentSpec,
     get_agent,
     parse_overrides,
     register,
+    unregister,
 )
 from neural_testbed.agents.sgmcmc import SGMCMCConfig, make_sgmcmc_agent, sgmcmc_sweep
 
@@ -31,7 +38,9 @@ __all__ = [
     "EnsembleConfig",
     "EnsemblePlusConfig",
     "HypermodelConfig",
+    "KnnConfig",
     "MLPConfig",
+    "RandomForestConfig",
     "SGMCMCConfig",
     "bbb_sweep",
     "dropout_sweep",
@@ -39,15 +48,20 @@ __all__ = [
     "ensemble_sweep",
     "get_agent",
     "hypermodel_sweep",
+    "knn_sweep",
     "make_bbb_agent",
     "make_dropout_agent",
     "make_ensemble_agent",
     "make_ensemble_plus_agent",
     "make_hypermodel_agent",
+    "make_knn_agent",
     "make_mlp_agent",
+    "make_random_forest_agent",
     "make_sgmcmc_agent",
     "mlp_sweep",
     "parse_overrides",
+    "random_forest_sweep",
     "register",
     "sgmcmc_sweep",
+    "unregister",
 ]

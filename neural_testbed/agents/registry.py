@@ -2,7 +2,8 @@
 
 Built-in agents sit in one explicit dict; :data:`AGENTS` is a read-only view of
 it. A user adds an agent with :func:`register`, which refuses to overwrite a
-name.
+name, and may take it away again with :func:`unregister` (tests register their
+agents for their own duration only); built-in agents cannot be removed.
 """
 
 from __future__ import annotations
@@ -14,9 +15,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from neural_testbed import base
-from neural_testbed.agents import bbb, dropout, ensemble, ensemble_plus, hypermodel, mlp, sgmcmc
+from neural_testbed.agents import (
+    bbb,
+    dropout,
+    ensemble,
+    ensemble_plus,
+    hypermodel,
+    knn,
+    mlp,
+    random_forest,
+    sgmcmc,
+)
 
-__all__ = ["AGENTS", "AgentSpec", "get_agent", "parse_overrides", "register"]
+__all__ = ["AGENTS", "AgentSpec", "get_agent", "parse_overrides", "register", "unregister"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +45,7 @@ class AgentSpec:
     config_type: type
     default: Any
     sweep: Callable[[], Sequence[Any]]
-    make: Callable[[Any], base.Agent]
+    make: Callable[[Any], base.Agent | base.HostAgent]
     description: str = ""
 
     def __post_init__(self):
@@ -96,9 +107,24 @@ _REGISTRY: dict[str, AgentSpec] = {
         make=sgmcmc.make_sgmcmc_agent,
         description="SGLD with momentum (Welling & Teh): one chain's snapshots as an ensemble",
     ),
+    "knn": AgentSpec(
+        config_type=knn.KnnConfig,
+        default=knn.KnnConfig(),
+        sweep=knn.knn_sweep,
+        make=knn.make_knn_agent,
+        description="k-nearest neighbours: neighbour class frequencies truncated to [0.01, 0.99]",
+    ),
+    "random_forest": AgentSpec(
+        config_type=random_forest.RandomForestConfig,
+        default=random_forest.RandomForestConfig(),
+        sweep=random_forest.random_forest_sweep,
+        make=random_forest.make_random_forest_agent,
+        description="scikit-learn's random forest (a host agent), truncated to [0.01, 0.99]",
+    ),
 }
 
 AGENTS: Mapping[str, AgentSpec] = types.MappingProxyType(_REGISTRY)
+_BUILT_IN = frozenset(_REGISTRY)
 
 
 def register(name: str, spec: AgentSpec) -> None:
@@ -110,6 +136,20 @@ def register(name: str, spec: AgentSpec) -> None:
     if name in _REGISTRY:
         raise ValueError(f"an agent named {name!r} is already registered")
     _REGISTRY[name] = spec
+
+
+def unregister(name: str) -> AgentSpec:
+    """Removes the user agent ``name`` and returns its spec; built-in agents stay.
+
+    Raises:
+      ValueError: if ``name`` is a built-in agent or is not registered.
+    """
+    if name in _BUILT_IN:
+        raise ValueError(f"{name!r} is a built-in agent and cannot be unregistered")
+    try:
+        return _REGISTRY.pop(name)
+    except KeyError:
+        raise ValueError(f"no agent named {name!r} is registered") from None
 
 
 def get_agent(name: str) -> AgentSpec:

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from neural_testbed import base
+from neural_testbed.agents import host
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.likelihood import kl
 
@@ -43,7 +44,7 @@ class BatchRunner:
     batch size, ahead of time, so its compile time is measured apart.
     """
 
-    def __init__(self, agent: base.Agent, agent_name: str, config: Any,
+    def __init__(self, agent: base.Agent | base.HostAgent, agent_name: str, config: Any,
                  template: base.Problem, estimator: str, agent_seed: int):
         self.agent_name = agent_name
         self.config_json = configs_lib.config_json(config)
@@ -52,15 +53,21 @@ class BatchRunner:
         self.estimator = estimator
         self.agent_seed = agent_seed
         self._compiled: dict[tuple[str, int], Callable] = {}
+        self._programs: dict[str, Callable] = {}
+        if isinstance(agent, base.HostAgent):
+            self._host_agent, self._host_states = agent, host.HostStates()
+            enn = host.host_enn(agent, self._host_states, template.num_classes)
+        else:
+            self._host_agent, enn = None, agent.enn
 
-        def train(agent_keys, instances):
-            agent_keys = jax.vmap(lambda key: jax.random.fold_in(key, agent_seed))(agent_keys)
-            return jax.vmap(agent.train)(agent_keys, instances.data, instances.prior)
+            def train(agent_keys, instances):
+                agent_keys = jax.vmap(lambda key: jax.random.fold_in(key, agent_seed))(agent_keys)
+                return jax.vmap(agent.train)(agent_keys, instances.data, instances.prior)
 
-        self._programs: dict[str, Callable] = {"train": train}
+            self._programs["train"] = train
         for tau in template.taus:
             evaluate_one = kl.make_evaluator(
-                agent.enn, tau, template.num_classes, template.num_test,
+                enn, tau, template.num_classes, template.num_test,
                 template.num_samples, estimator)
 
             def evaluate(test_keys, states, envs, tau=tau, evaluate_one=evaluate_one):
@@ -88,20 +95,45 @@ class BatchRunner:
         args = _stack([p.build_args() for p in batch])
         (instances, agent_keys, test_keys), build_compile, build_run = self._call(
             "build", key_seeds, args)
-        states, train_compile, train_run = self._call("train", agent_keys, instances)
+        if self._host_agent is None:
+            states, train_compile, train_run = self._call("train", agent_keys, instances)
+        else:
+            states, train_compile, train_run = self._train_on_host(agent_keys, instances, num_real)
         compile_seconds = build_compile + train_compile
         evaluations = {}
-        for tau in self.template.taus:
-            ev, eval_compile, eval_run = self._call(
-                f"evaluate{tau}", test_keys, states, instances.env)
-            compile_seconds += eval_compile
-            evaluations[tau] = jax.device_get(ev), eval_run / num_real
+        try:
+            for tau in self.template.taus:
+                ev, eval_compile, eval_run = self._call(
+                    f"evaluate{tau}", test_keys, states, instances.env)
+                compile_seconds += eval_compile
+                evaluations[tau] = jax.device_get(ev), eval_run / num_real
+        finally:
+            if self._host_agent is not None:
+                self._host_states.clear()
         return [
             self._row(p, tau, ev, i, (build_run + train_run) / num_real,
                       compile_seconds / num_real, eval_seconds)
             for i, p in enumerate(batch[:num_real])
             for tau, (ev, eval_seconds) in evaluations.items()
         ]
+
+    def _train_on_host(self, agent_keys, instances, num_real) -> tuple[jax.Array, float, float]:
+        """Trains a host agent problem by problem; returns its states' handles.
+
+        Padding problems reuse the last real problem's state.
+        """
+        start = time.perf_counter()
+        data = jax.device_get(instances.data)
+        temperatures = np.asarray(jax.device_get(instances.prior.temperature))
+        handles = []
+        for i in range(num_real):
+            key = jax.random.fold_in(agent_keys[i], self.agent_seed)
+            prior = instances.prior.replace(temperature=float(temperatures[i]))
+            state = self._host_agent.train(host.host_seed(key),
+                                           base.Data(x=data.x[i], y=data.y[i]), prior)
+            handles.append(self._host_states.put(state))
+        handles += [handles[-1]] * (len(agent_keys) - num_real)
+        return np.array(handles, np.int32), 0.0, time.perf_counter() - start
 
     def _row(self, problem, tau, ev: kl.Evaluation, i, train_seconds, compile_seconds,
              eval_seconds) -> base.ProblemResult:

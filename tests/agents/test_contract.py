@@ -7,13 +7,26 @@ the batch, and draw only valid indices. Agent-specific behaviour is tested in
 each agent's own file.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import agents, leaderboard
-from neural_testbed.agents import bbb, dropout, ensemble, ensemble_plus, hypermodel, mlp, sgmcmc
+from neural_testbed import agents, base, leaderboard
+from neural_testbed.agents import (
+    bbb,
+    dropout,
+    ensemble,
+    ensemble_plus,
+    host,
+    hypermodel,
+    knn,
+    mlp,
+    random_forest,
+    sgmcmc,
+)
 
 PROBLEM = next(p for p in leaderboard.get_sweep("paper").values()
                if p.temperature == 0.1 and p.num_train == 10 and p.seed == 0)
@@ -27,7 +40,27 @@ SMALL = {
     "dropout": (dropout.DropoutConfig(dropout_rate=0.3, num_steps=50), None),
     "bbb": (bbb.BBBConfig(num_steps=50, init_stddev=0.1), None),
     "sgmcmc": (sgmcmc.SGMCMCConfig(num_steps=300, burn_in=100, snapshot_every=50), 4),
+    "knn": (knn.KnnConfig(num_neighbors=5, weighting="distance"), 1),
+    "random_forest": (random_forest.RandomForestConfig(num_trees=10), 1),
 }
+
+
+class _AsENN(NamedTuple):
+    """A host agent seen as the evaluator sees it: an ENN over state handles."""
+
+    enn: base.ENN
+
+
+def _train_twice(agent, data, prior):
+    """Two states trained from the same seed (for a host agent: two handles)."""
+    if isinstance(agent, base.HostAgent):
+        states = host.HostStates()
+        enn = host.host_enn(agent, states, prior.num_classes)
+        numpy_data = jax.device_get(data)
+        handles = [np.int32(states.put(agent.train(0, numpy_data, prior))) for _ in range(2)]
+        return _AsENN(enn), *handles
+    train = jax.jit(agent.train)
+    return agent, train(jax.random.key(0), data, prior), train(jax.random.key(0), data, prior)
 
 
 def test_every_built_in_agent_is_covered():
@@ -38,12 +71,10 @@ def test_every_built_in_agent_is_covered():
 def trained(request):
     name = request.param
     config, num_indices = SMALL[name]
-    agent = agents.get_agent(name).make(config)
     _, data = leaderboard.load_problem(PROBLEM)
     prior = leaderboard.prior_knowledge(PROBLEM)
-    train = jax.jit(agent.train)
-    return name, agent, num_indices, train(jax.random.key(0), data, prior), train(
-        jax.random.key(0), data, prior)
+    agent, state, again = _train_twice(agents.get_agent(name).make(config), data, prior)
+    return name, agent, num_indices, state, again
 
 
 def _index(agent, seed):
