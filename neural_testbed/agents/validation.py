@@ -1,0 +1,104 @@
+"""Checks every agent config shares: each field has the type its annotation names.
+
+Every built-in config's ``__post_init__`` ends with :func:`check_fields`,
+after its own range rules (widths >= 1, a rate in [0, 1), ...), so a value of
+the wrong kind that passes those (``num_steps=2.5``, ``batch_size=True``,
+``hidden=(50.5,)``, ``l2_weight_decay=inf``) is refused with one line naming
+the field when the config is made, not later inside jit. The sweep pipeline
+calls it on user agents' configs too.
+
+The rules, by annotation:
+
+- ``int``: an integer, not a bool.
+- ``float``: a finite real number (an integer is accepted), not a bool.
+- ``bool``: ``True`` or ``False``.
+- ``str``: a string; ``Literal[...]``: one of the listed values.
+- ``tuple[T, ...]`` / ``tuple[T1, T2]``: a tuple whose items obey ``T``.
+- ``X | None``: ``None`` or an ``X``.
+
+Fields with other annotations (``Any``, a user's own class) are not checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import types
+import typing
+from typing import Any
+
+__all__ = ["check_fields"]
+
+
+def check_fields(config: Any) -> None:
+    """Checks each field of a config dataclass against its annotation.
+
+    Raises:
+      ValueError: naming the first field whose value breaks its annotation,
+        the value, and what is allowed.
+    """
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"expected a config dataclass instance, got {config!r}")
+    try:
+        hints = typing.get_type_hints(type(config))
+    except Exception:  # an annotation that cannot be resolved: check nothing
+        return
+    for field in dataclasses.fields(config):
+        annotation = hints.get(field.name, Any)
+        value = getattr(config, field.name)
+        allowed = _allowed(value, annotation)
+        if allowed is not None:
+            raise ValueError(f"{field.name} must be {allowed}, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not _is_bool(value)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"  # numpy's bool
+
+
+def _allowed(value: Any, annotation: Any) -> str | None:
+    """None if ``value`` obeys ``annotation``; else a description of what is allowed."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is bool:
+        return None if _is_bool(value) else "true or false"
+    if annotation is int:
+        return None if _is_int(value) else "an integer"
+    if annotation is float:
+        ok = (isinstance(value, numbers.Real) and not _is_bool(value)
+              and math.isfinite(float(value)))
+        return None if ok else "a finite number"
+    if annotation is str:
+        return None if isinstance(value, str) else "a string"
+    if origin is typing.Literal:
+        return None if value in args else "one of " + ", ".join(map(repr, args))
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        if value is None and len(options) < len(args):
+            return None
+        failures = [_allowed(value, a) for a in options]
+        if any(f is None for f in failures):
+            return None
+        return " or ".join(failures) + (" or None" if len(options) < len(args) else "")
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return _describe_tuple(args)
+        if len(args) == 2 and args[1] is Ellipsis:
+            items = [(v, args[0]) for v in value]
+        elif len(args) == len(value):
+            items = list(zip(value, args))
+        else:
+            return _describe_tuple(args)
+        return _describe_tuple(args) if any(_allowed(v, a) for v, a in items) else None
+    return None  # Any, or a type we do not know how to check
+
+
+def _describe_tuple(args: tuple) -> str:
+    if len(args) == 2 and args[1] is Ellipsis:
+        kind = {int: "integers", float: "finite numbers", bool: "booleans", str: "strings"}
+        return f"a tuple of {kind.get(args[0], repr(args[0]))}"
+    return f"a tuple of {len(args)} items"
