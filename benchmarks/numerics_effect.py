@@ -30,16 +30,14 @@ _CONFIGS = {
 }
 
 
-def _kl100(problem, agent, numerics):
+def _kl100_both(problem, agent, train, evaluators):
+    """d_KL^100 of one problem under each numerics, from one trained state and the same keys."""
     keys = base.problem_keys(problem.key_seed)
     data, prior, env = problem.instance()
-    state = jax.jit(agent.train)(jax.random.fold_in(keys.agent, 0), data, prior)
+    state = train(jax.random.fold_in(keys.agent, 0), data, prior)
     data_key, eval_key = jax.random.split(jax.random.fold_in(keys.test, 100))
     test = problem.sample_test(data_key, env, 100)
-    evaluate = jax.jit(likelihood.make_evaluator(
-        agent.enn, 100, problem.num_classes, problem.num_test, problem.num_samples,
-        numerics=numerics))
-    return float(evaluate(eval_key, state, test).kl)
+    return [float(evaluate(eval_key, state, test).kl) for evaluate in evaluators]
 
 
 def main() -> None:
@@ -56,12 +54,14 @@ def main() -> None:
           f"{'diff':>9}{'± se':>8}")
     for label, (name, config) in _CONFIGS.items():
         agent = agents.get_agent(name).make(config)
+        train = jax.jit(agent.train)
+        evaluators = [jax.jit(likelihood.make_evaluator(agent.enn, 100, 2, numerics=numerics))
+                      for numerics in ("reference", "paper")]
         for temperature in args.temperatures:
             for num_train in args.num_train:
                 problems = [p for p in paper if (p.temperature, p.num_train) ==
                             (temperature, num_train) and p.seed < args.seeds]
-                pairs = [(_kl100(p, agent, "reference"), _kl100(p, agent, "paper"))
-                         for p in problems]
+                pairs = [_kl100_both(p, agent, train, evaluators) for p in problems]
                 diffs = [r - q for r, q in pairs]
                 se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
                 print(f"{label:<34}{temperature:>6g}{num_train:>6}"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -39,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
              "paper's 210 problems) or 'smoke' (4 problems, for checks); default: quick")
     compute = argparse.ArgumentParser(add_help=False)
     compute.add_argument("--seed", type=int, default=0,
-                         help="agent seed, folded into each problem's key (default: 0)")
+                         help="agent seed, folded into each problem's key: an integer from 0 to "
+                              f"{sweep_lib.MAX_AGENT_SEED} (default: 0)")
     compute.add_argument("--estimator", default="auto", choices=list(kl.ESTIMATORS),
                          help="joint log-likelihood estimator: monte_carlo (Algorithm 3), "
                               "partition (Algorithm 4), or auto = monte_carlo for tau < 10, "
@@ -105,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="global: one config per agent minimising d_KL^agg; per-setting: the "
                             "best config per (temperature, T), as the paper's Figure 2")
     board.add_argument("--baseline", default="mlp", help="agent to normalise by (default: mlp)")
+    board.add_argument("--verbose", action="store_true",
+                       help="also show each chosen config as JSON (by default a row shows the "
+                            "config's hash and the fields that differ from the agent's default)")
     board.add_argument("--selection", default="same", choices=list(scoring.SELECTIONS),
                        help="same: choose configs and report on every problem (default; "
                             "flatters agents with large sweeps); held-out: choose on the first "
@@ -163,6 +169,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_output_file(path: str, flag: str) -> None:
+    """Refuses, before any work, a file that could not be written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path!r} is a directory; give a file name, e.g. "
+                         f"{os.path.join(path, 'results.csv')!r}")
+    if not os.path.isdir(directory):
+        raise ValueError(f"{flag} {path!r}: there is no directory {directory!r}")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{flag} {path!r} is not writable")
+    elif not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path!r}: the directory {directory!r} is not writable")
+
+
+def _check_output_dir(path: str, flag: str) -> None:
+    """Refuses, before any work, a directory that could not be made or written."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        what = ("is a file" if existing == os.path.abspath(path)
+                else f"is under the file {existing!r}")
+        raise ValueError(f"{flag} {path!r} {what}, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path!r}: the directory {existing!r} is not writable")
+
+
 def _cmd_agents() -> int:
     for name, spec in sorted(registry.AGENTS.items()):
         print(f"{name}: {spec.description}")
@@ -181,10 +215,15 @@ def _cmd_problems(args) -> int:
     return 0
 
 
-def _compute(args, configs: Sequence[Any]) -> tuple[sweep_lib.SweepSummary, list]:
+def _compute(args, configs: Sequence[Any], announce: str) -> tuple[sweep_lib.SweepSummary, list]:
+    """Checks every setting and opens the store (one clear error, before any work),
+    prints ``announce`` on stderr, then runs the configs into the store."""
     problems = list(problems_lib.get_sweep(args.sweep).values())
+    sweep_lib.check_options(agent_seed=args.seed, batch_size=args.batch_size,
+                            workers=args.workers, backend=args.backend, estimator=args.estimator)
     shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
     with store_lib.ResultsStore(args.db) as store:
+        print(announce, file=sys.stderr)
         summary = sweep_lib.run_sweep(
             args.agent, configs, problems, store, agent_seed=args.seed, estimator=args.estimator,
             batch_size=args.batch_size, recompute=args.recompute, retry_failed=args.retry_failed,
@@ -249,9 +288,10 @@ def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
 def _cmd_run(args) -> int:
     spec = registry.get_agent(args.agent)
     config = registry.parse_overrides(spec, args.overrides)
-    print(f"agent {args.agent}: {config}", file=sys.stderr)
+    if args.output:
+        _check_output_file(args.output, "--output")
     start = time.perf_counter()
-    summary, problems = _compute(args, [config])
+    summary, problems = _compute(args, [config], f"agent {args.agent}: {config}")
     seconds = time.perf_counter() - start
     ids = {p.problem_id for p in problems}
     with store_lib.ResultsStore(args.db, create=False) as store:
@@ -296,10 +336,9 @@ def _cmd_sweep(args) -> int:
     spec = registry.get_agent(args.agent)
     configs = list(spec.sweep())
     problems = problems_lib.get_sweep(args.sweep)
-    print(f"sweep {args.agent}: {len(configs)} configs x {len(problems)} problems "
-          f"({args.sweep}) into {args.db}", file=sys.stderr)
     start = time.perf_counter()
-    summary, _ = _compute(args, configs)
+    summary, _ = _compute(args, configs, f"sweep {args.agent}: {len(configs)} configs x "
+                                         f"{len(problems)} problems ({args.sweep}) into {args.db}")
     print(f"done in {time.perf_counter() - start:.1f} s: {summary.computed} rows computed, "
           f"{summary.reused} reused, {summary.failed} failed")
     with store_lib.ResultsStore(args.db, create=False) as store:
@@ -320,13 +359,54 @@ def _stored_rows(args) -> list[dict[str, Any]]:
 _BOARD_COLUMNS = ("agent", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_1_norm_stderr", "kl_100",
                   "kl_100_stderr", "kl_100_norm", "kl_100_norm_stderr", "kl_agg", "accuracy",
                   "ece", "seconds_per_problem", "problems", "of", "clipped", "flag", "metric",
-                  "selection", "config_hash", "config")
+                  "selection", "config_hash", "changes")
+
+
+def _set_syntax(value: Any) -> str:
+    """A config value as ``--set`` reads it (``50,50``, ``false``, ``0.1``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(_set_syntax(v) for v in value)
+    return str(value)
+
+
+def _config_changes(agent: str, config: str) -> str:
+    """The fields of a stored config (JSON) that differ from the agent's default."""
+    try:
+        fields = json.loads(config)
+    except (TypeError, ValueError):  # e.g. "per setting: 3 configs"
+        return str(config)
+    if not isinstance(fields, dict):
+        return ""
+    spec = registry.AGENTS.get(agent)
+    if spec is None:
+        return "(unregistered: see --verbose)"
+    default = json.loads(store_lib.config_json(spec.default))
+    changed = [f"{k}={_set_syntax(v)}" for k, v in sorted(fields.items()) if default.get(k) != v]
+    return " ".join(changed) or "default"
+
+
+def _check_agent_in_store(name: str, rows: Sequence[Mapping[str, Any]], db: str,
+                          flag: str) -> None:
+    """One clear error for an agent name the store has no results for."""
+    stored = sorted({r["agent"] for r in rows})
+    if name in stored:
+        return
+    if name in registry.AGENTS:
+        raise ValueError(f"{flag} {name!r}: {db!r} has no results for it yet (run `neural-testbed "
+                         f"sweep --agent {name}`); it has results for {', '.join(stored)}")
+    raise ValueError(f"{flag} {name!r}: no such agent in {db!r}, which has results for "
+                     f"{', '.join(stored)}")
 
 
 def _cmd_leaderboard(args) -> int:
     problems = problems_lib.get_sweep(args.sweep)
-    records, warnings = scoring.score_agents(_stored_rows(args), problems, args.tuning,
-                                             args.baseline, args.selection)
+    rows = _stored_rows(args)
+    if args.baseline not in registry.AGENTS:  # a registered baseline may simply have no rows
+        _check_agent_in_store(args.baseline, rows, args.db, "--baseline")
+    records, warnings = scoring.score_agents(rows, problems, args.tuning, args.baseline,
+                                             args.selection)
     if not records:
         raise store_lib.StoreError(f"{args.db!r} has no successful results for the "
                                    f"{args.sweep!r} sweep")
@@ -336,17 +416,21 @@ def _cmd_leaderboard(args) -> int:
     print(f"tuning: {args.tuning}; selection: {args.selection}: "
           f"{scoring.SELECTIONS[args.selection]}",
           file=sys.stdout if args.format == "table" else sys.stderr)
-    print(scoring.format_records(records, args.format, _BOARD_COLUMNS))
+    for record in records:
+        record["changes"] = _config_changes(record["agent"], record["config"])
+    columns = _BOARD_COLUMNS + (("config",) if args.verbose else ())
+    print(scoring.format_records(records, args.format, columns))
     return 0
 
 
 def _cmd_compare(args) -> int:
     problems = problems_lib.get_sweep(args.sweep)
     baselines = args.baseline or ["mlp"]
-    for name in (args.agent, *baselines):
-        registry.get_agent(name)
-    records = scoring.compare_agents(_stored_rows(args), problems, args.agent, baselines,
-                                     args.selection)
+    rows = _stored_rows(args)  # the store alone is compared: no agent need be registered
+    _check_agent_in_store(args.agent, rows, args.db, "--agent")
+    for name in baselines:
+        _check_agent_in_store(name, rows, args.db, "--baseline")
+    records = scoring.compare_agents(rows, problems, args.agent, baselines, args.selection)
     print(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}",
           file=sys.stdout if args.format == "table" else sys.stderr)
     if args.format != "table":
@@ -377,19 +461,22 @@ def _cmd_plot(args) -> int:
     except ImportError as error:
         raise ValueError(f"plotting needs matplotlib ({error}); install it with "
                          "pip install 'neural-testbed[analysis]'") from None
+    _check_output_dir(args.out, "--out")
     problems = problems_lib.get_sweep(args.sweep)
-    paths = plots.save_figures(_stored_rows(args), problems, args.out)
-    if args.agent:
-        import pathlib
-
-        import jax
-
-        spec = registry.get_agent(args.agent)
+    rows = _stored_rows(args)
+    if args.agent:  # checked before any figure is drawn
+        spec = _registered_agent(args.agent, rows)
         config = registry.parse_overrides(spec, args.overrides)
         paper = problems_lib.get_sweep("paper")
         if args.problem not in paper:
             raise ValueError(f"unknown problem {args.problem!r}; see `neural-testbed problems "
                              "--sweep paper`")
+    paths = plots.save_figures(rows, problems, args.out)
+    if args.agent:
+        import pathlib
+
+        import jax
+
         paths.append(plots.figure_agent_samples(
             spec.make(config), paper[args.problem], pathlib.Path(args.out) / "figure5.png",
             jax.random.key(0)))
@@ -398,19 +485,34 @@ def _cmd_plot(args) -> int:
     return 0
 
 
+def _registered_agent(name: str, rows: Sequence[Mapping[str, Any]]) -> registry.AgentSpec:
+    """The agent's spec; for an agent known only from the store, say how to load it."""
+    if name not in registry.AGENTS and any(r["agent"] == name for r in rows):
+        raise ValueError(f"agent {name!r} has results in the store but is not registered in "
+                         "this command: load the module that registers it with --import MODULE")
+    return registry.get_agent(name)
+
+
 def _cmd_merge(args) -> int:
+    store_lib.check_writable(args.output)  # before reading anything
     sources = []
     for path in args.inputs:
+        if not os.path.exists(path):
+            raise store_lib.StoreError(f"merge input {path!r}: no such file")
         with store_lib.ResultsStore(path, create=False) as source:
             sources.append((path, source.rows()))
+    rows = [r for _, stored in sources for r in stored]
+    if not os.path.exists(args.output) or os.path.getsize(args.output) == 0:
+        store_lib.merge_plan(rows)  # refuse conflicts before the new store is made
     with store_lib.ResultsStore(args.output) as target:
-        added, duplicates = target.merge([r for _, rows in sources for r in rows])
+        added, duplicates = target.merge(rows)
     print(f"merged {len(sources)} stores into {args.output}: {added} rows added, "
           f"{duplicates} exact duplicates skipped")
     return 0
 
 
 def _cmd_export(args) -> int:
+    _check_output_file(args.output, "-o")
     with store_lib.ResultsStore(args.db, create=False) as store:
         count = store.to_csv(args.output)
     print(f"wrote {count} rows to {args.output}")
@@ -424,11 +526,19 @@ _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``neural-testbed`` command; returns the exit status."""
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    memory.keep_freed_memory()  # the command owns its process; see memory.py
+    """Entry point of the ``neural-testbed`` command; returns the exit status.
+
+    Run as the command (``argv`` None), an interrupted command (Ctrl-C) ends
+    the process at once with status 130 after its one-line message, without
+    interpreter shutdown (see :func:`_exit_now`); called with ``argv`` it
+    returns 130 instead.
+    """
+    command = None
     try:
+        args = _parser().parse_args(argv)
+        command = args.command
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+        memory.keep_freed_memory()  # the command owns its process; see memory.py
         plugins.load_entry_points()
         for module in args.imports:
             plugins.import_agent_module(module)
@@ -437,9 +547,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"neural-testbed: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("neural-testbed: interrupted; everything computed so far is in the store, "
-              "rerun the same command to continue", file=sys.stderr)
+        # Every store is closed by now: the exception has left each `with` block.
+        if command in ("run", "sweep"):
+            print("neural-testbed: interrupted; everything computed so far is in the store, "
+                  "rerun the same command to continue", file=sys.stderr)
+        else:
+            print("neural-testbed: interrupted", file=sys.stderr)
+        if argv is None:
+            _exit_now(130)
         return 130
+
+
+def _exit_now(status: int) -> None:
+    """Flushes the output and ends the process without interpreter shutdown.
+
+    Ctrl-C interrupts the main thread's wait for an XLA compilation, but the
+    compilation goes on in XLA's own thread pool. Interpreter shutdown then
+    destroys the JAX client under that thread, which crashes the process with
+    a segmentation fault (exit 139) after the message. Nothing is left to
+    save at this point (the store is closed, local workers are stopped, a Ray
+    cluster started here is shut down), so the process ends here instead.
+    """
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:  # as at a normal exit, release the worker pool's semaphores,
+        try:  # or multiprocessing's resource tracker warns about them after our last line
+            mp_util._exit_function()
+        except Exception:  # the process ends anyway
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 if __name__ == "__main__":

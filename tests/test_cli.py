@@ -1,10 +1,19 @@
 """The neural-testbed command, end to end (in process)."""
 
+import contextlib
 import csv
+import dataclasses
+import os
+import shutil
+import sqlite3
+import subprocess
 
 import pytest
 
-from neural_testbed import cli, leaderboard
+from neural_testbed import agents, cli, leaderboard
+from neural_testbed.leaderboard import runner
+from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.leaderboard import sweep as sweep_lib
 
 
 def test_agents_lists_mlp_with_its_defaults(capsys):
@@ -70,3 +79,231 @@ def test_help_explains_every_run_option(capsys):
     out = capsys.readouterr().out
     for option in ("--agent", "--sweep", "--set", "--output", "--seed", "--estimator"):
         assert option in out
+
+
+# Hardening: every bad input or unusable path is one line and status 2, before any work.
+
+
+@dataclasses.dataclass(frozen=True)
+class GhostConfig:  # an agent known only from a store (never registered)
+    width: int = 3
+
+
+def _rows(agent, config, level):
+    """Stored rows of one agent on every smoke problem, KL varying by problem."""
+    rows = []
+    for i, (pid, problem) in enumerate(leaderboard.get_sweep("smoke").items()):
+        for tau in problem.taus:
+            rows.append(runner.result_row(
+                agent, store_lib.config_hash(agent, config), store_lib.config_json(config),
+                problem, tau, "auto", 0, kl=level * tau * (1 + 0.1 * i), kl_stderr=0.01,
+                num_clipped=0, accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.1,
+                eval_seconds=0.5))
+    return rows
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A store with mlp (two configs), and ghost, an agent not registered here."""
+    path = tmp_path / "r.db"
+    with leaderboard.ResultsStore(path) as s:
+        s.write(_rows("mlp", agents.MLPConfig(), 0.2)
+                + _rows("mlp", agents.MLPConfig(num_steps=30, hidden=(20,)), 0.1)
+                + _rows("ghost", GhostConfig(), 0.3))
+    return path
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fails the test if a run starts computing."""
+    def run_sweep(*args, **kwargs):
+        raise AssertionError("work started")
+    monkeypatch.setattr(sweep_lib, "run_sweep", run_sweep)
+
+
+@contextlib.contextmanager
+def _read_only(path):
+    """Makes a file or directory unwritable for this process (root included: chattr +i)."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~0o222)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    if shutil.which("chattr") is None or subprocess.run(
+            ["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root where chattr +i is unavailable: nothing is read-only")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def _one_error_line(capsys, *fragments):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("neural-testbed: error: "), err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [(["--seed", "-1"], ["--seed", "from 0 to 4294967295, got -1"]),
+     (["--seed", str(2**32)], ["--seed", "got 4294967296"]),
+     (["--workers", "0"], ["--workers", "integer >= 1, got 0"]),
+     (["--batch-size", "0"], ["--batch-size", "integer >= 1, got 0"]),
+     (["--set", "l2_weight_decay=inf"], ["l2_weight_decay must be a finite number, got inf"]),
+     (["--set", "hidden=50,0"], ["hidden must be one or more widths >= 1"])],
+)
+def test_bad_run_settings_are_refused_before_the_store_is_made(tmp_path, capsys, no_work, args,
+                                                             fragments):
+    db = tmp_path / "new.db"
+    for command in (["run", "--agent", "mlp"], ["sweep", "--agent", "mlp"]):
+        if command[0] == "sweep" and "--set" in args:
+            continue
+        assert cli.main([*command, "--sweep", "smoke", "--db", str(db), *args]) == 2
+        _one_error_line(capsys, *fragments)
+        assert not db.exists()  # not even an empty store file
+
+
+def test_unusable_output_paths_are_refused_before_any_work(tmp_path, capsys, no_work, store):
+    (tmp_path / "a_dir").mkdir()
+    (tmp_path / "a_file").write_text("x")
+    cases = [
+        (["run", "--agent", "mlp", "--output", str(tmp_path / "a_dir")], "is a directory"),
+        (["run", "--agent", "mlp", "--output", str(tmp_path / "no" / "x.csv")],
+         "there is no directory"),
+        (["export", "-o", str(tmp_path / "a_dir")], "is a directory"),
+        (["plot", "--out", str(tmp_path / "a_file")], "is a file, not a directory"),
+        (["plot", "--out", str(tmp_path / "a_file" / "figs")], "is under the file"),
+    ]
+    for argv, fragment in cases:
+        assert cli.main([*argv, "--db", str(store)]) == 2, argv
+        _one_error_line(capsys, fragment)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file", "r.db"]
+    assert not list((tmp_path / "a_dir").iterdir())
+
+
+def test_unwritable_output_directories_are_refused_before_any_work(tmp_path, capsys, no_work,
+                                                                   store):
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    with _read_only(shelf):
+        for argv in (["run", "--agent", "mlp", "--output", str(shelf / "x.csv")],
+                     ["export", "-o", str(shelf / "x.csv")],
+                     ["plot", "--out", str(shelf / "figs")]):
+            assert cli.main([*argv, "--db", str(store)]) == 2, argv
+            _one_error_line(capsys, "is not writable")
+    assert not list(shelf.iterdir())
+
+
+def test_a_read_only_store_is_refused_before_any_work(tmp_path, capsys, no_work, store):
+    before = store.read_bytes()
+    with _read_only(store):
+        for argv in (["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(store)],
+                     ["sweep", "--agent", "mlp", "--sweep", "smoke", "--db", str(store)],
+                     ["merge", str(tmp_path / "missing.db"), "-o", str(store)]):
+            assert cli.main(argv) == 2, argv
+            _one_error_line(capsys, "is read-only")
+        assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store)]) == 0
+    assert store.read_bytes() == before
+
+
+def test_a_store_in_a_read_only_directory_is_refused_before_any_work(tmp_path, capsys, no_work):
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    with _read_only(shelf):
+        assert cli.main(["run", "--agent", "mlp", "--db", str(shelf / "r.db")]) == 2
+        _one_error_line(capsys, "is read-only")
+    assert not list(shelf.iterdir())
+
+
+def test_a_foreign_sqlite_file_is_byte_identical_after_every_command(tmp_path, capsys, no_work):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    conn.close()
+    before = path.read_bytes()
+    for argv in (["leaderboard"], ["export", "-o", str(tmp_path / "x.csv")],
+                 ["run", "--agent", "mlp", "--sweep", "smoke"], ["compare", "--agent", "mlp"],
+                 ["sweep", "--agent", "mlp", "--sweep", "smoke"]):
+        assert cli.main([*argv, "--db", str(path)]) == 2, argv
+        _one_error_line(capsys, "is a SQLite database but not a neural-testbed results store")
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
+def test_an_empty_file_stays_empty_after_read_only_commands(tmp_path, capsys):
+    path = tmp_path / "empty.db"
+    path.touch()
+    for argv in (["leaderboard"], ["export", "-o", str(tmp_path / "x.csv")],
+                 ["compare", "--agent", "mlp"]):
+        assert cli.main([*argv, "--db", str(path)]) == 2, argv
+        _one_error_line(capsys, "is empty: it holds no results yet")
+    assert path.stat().st_size == 0
+
+
+def test_leaderboard_shows_config_changes_and_json_only_when_verbose(store, capsys):
+    assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "hidden=20 num_steps=30" in out  # the best mlp config, as --set reads it
+    assert '"num_steps"' not in out and max(map(len, out.splitlines())) < 300
+    ghost = next(line for line in out.splitlines() if line.startswith("ghost"))
+    assert "(unregistered: see --verbose)" in ghost
+    assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store), "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert '"hidden":[20],' in out and '{"width":3}' in out
+
+
+def test_leaderboard_refuses_a_baseline_that_is_nowhere(store, capsys):
+    assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store),
+                     "--baseline", "nope"]) == 2
+    _one_error_line(capsys, "--baseline 'nope': no such agent", "results for ghost, mlp")
+    # A registered agent without results is a note, not an error: the table is still shown.
+    assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store),
+                     "--baseline", "ensemble"]) == 0
+    assert "note: no ensemble results for this sweep" in capsys.readouterr().err
+
+
+def test_compare_reads_agents_from_the_store_and_names_the_ones_it_has(store, capsys):
+    assert cli.main(["compare", "--agent", "ghost", "--baseline", "mlp", "--sweep", "smoke",
+                     "--db", str(store)]) == 0
+    assert "ghost vs mlp: significantly better in 0, worse in " in capsys.readouterr().out
+    assert cli.main(["compare", "--agent", "nope", "--sweep", "smoke", "--db", str(store)]) == 2
+    _one_error_line(capsys, "--agent 'nope': no such agent", "results for ghost, mlp")
+    assert cli.main(["compare", "--agent", "ensemble", "--sweep", "smoke",
+                     "--db", str(store)]) == 2
+    _one_error_line(capsys, "no results for it yet (run `neural-testbed sweep --agent ensemble`)")
+
+
+def test_plot_of_an_agent_known_only_from_the_store_says_how_to_load_it(store, tmp_path, capsys):
+    assert cli.main(["plot", "--agent", "ghost", "--out", str(tmp_path / "figs"), "--sweep",
+                     "smoke", "--db", str(store)]) == 2
+    _one_error_line(capsys, "not registered in this command", "--import MODULE")
+    assert not (tmp_path / "figs").exists()
+
+
+def test_a_failed_merge_writes_nothing_and_names_missing_inputs_plainly(store, tmp_path,
+                                                                       capsys):
+    other = tmp_path / "other.db"
+    with leaderboard.ResultsStore(other) as s:
+        s.write(_rows("ghost", GhostConfig(), 0.7))  # same keys, different results
+    out = tmp_path / "merged.db"
+    assert cli.main(["merge", str(store), str(other), "-o", str(out)]) == 2
+    _one_error_line(capsys, "conflict", "nothing was written")
+    assert not out.exists()
+    assert cli.main(["merge", str(tmp_path / "nope.db"), "-o", str(out)]) == 2
+    err = _one_error_line(capsys, "merge input", "nope.db': no such file")
+    assert "--db" not in err
+    assert not out.exists()
+
+
+def test_import_of_a_file_named_like_an_installed_module_is_refused(tmp_path, capsys):
+    shadow = tmp_path / "json.py"
+    shadow.write_text("raise SystemExit('the stray json.py was executed')\n")
+    assert cli.main(["agents", "--import", str(shadow)]) == 2
+    _one_error_line(capsys, "the module 'json'", "rename the file")

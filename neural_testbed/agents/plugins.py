@@ -30,21 +30,22 @@ log = logging.getLogger(__name__)
 def import_agent_module(name: str) -> ModuleType:
     """Imports a module by dotted name, or a ``.py`` file by path.
 
+    A dotted name is looked up on ``sys.path`` and then in the working
+    directory, which is *appended* to ``sys.path`` (never put first), so a
+    file in the working directory can never shadow an installed package: a
+    stray ``matplotlib.py`` there is not what ``import matplotlib`` finds. A
+    file imported by path is registered under its file name, which must not
+    be the name of a module that is installed or already imported.
+
     Raises:
       ValueError: if it cannot be found or fails to import.
     """
     try:
-        if name.endswith(".py") or os.sep in name:
-            if not os.path.isfile(name):
-                raise ValueError(f"--import {name}: no such file")
-            module_name = os.path.splitext(os.path.basename(name))[0]
-            spec = importlib.util.spec_from_file_location(module_name, name)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[module_name] = module
-            spec.loader.exec_module(module)
-            return module
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())  # like `python -m`: modules in the working directory
+        if name.endswith(".py") or os.sep in name or (os.altsep and os.altsep in name):
+            return _import_file(name)
+        cwd = os.getcwd()
+        if not any(_same_dir(entry, cwd) for entry in sys.path):
+            sys.path.append(cwd)  # last: modules here only if no installed one has the name
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
         raise ValueError(f"--import {name}: {error} (is it on PYTHONPATH or in this directory?)") from None
@@ -52,6 +53,52 @@ def import_agent_module(name: str) -> ModuleType:
         raise
     except Exception as error:  # the user's module raised while importing
         raise ValueError(f"--import {name}: importing it raised {type(error).__name__}: {error}") from None
+
+
+def _same_dir(entry: str, directory: str) -> bool:
+    try:
+        return os.path.samefile(entry or os.curdir, directory)
+    except OSError:
+        return False
+
+
+def _import_file(path: str) -> ModuleType:
+    if not os.path.isfile(path):
+        raise ValueError(f"--import {path}: no such file")
+    module_name = os.path.splitext(os.path.basename(path))[0]
+    if not module_name.isidentifier():
+        raise ValueError(f"--import {path}: {module_name!r} is not a valid module name; rename "
+                         "the file")
+    known = sys.modules.get(module_name)
+    if known is not None:
+        if getattr(known, "__file__", None) and _same_file(known.__file__, path):
+            return known  # imported before (e.g. a worker importing it again)
+        where = getattr(known, "__file__", None) or "elsewhere"
+        raise ValueError(f"--import {path}: it would replace the module {module_name!r}, already "
+                         f"imported from {where}; rename the file")
+    try:
+        installed = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        installed = None
+    if installed is not None and not (installed.origin and _same_file(installed.origin, path)):
+        raise ValueError(f"--import {path}: it would shadow the installed module {module_name!r} "
+                         f"({installed.origin}); rename the file")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # so that its config classes pickle by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def load_entry_points() -> list[str]:

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
+import ipaddress
 import logging
 import multiprocessing
+import os
 import pickle
+import signal
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -87,11 +92,51 @@ def _init_worker(imports: Sequence[str]) -> None:
     """Spawned workers start empty: register plug-in and --import agents again.
 
     A worker process is ours, so it also gets the evaluator's allocator tuning.
+    It ignores SIGINT: Ctrl-C reaches the whole process group, and the driver
+    alone handles it (it stops the workers and reports once). The worker was
+    started with SIGINT blocked (see :func:`_sigint_blocked`), so a Ctrl-C
+    while it was importing is pending; ignoring SIGINT discards it.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     memory.keep_freed_memory()
     plugins.load_entry_points()
     for module in imports:
         plugins.import_agent_module(module)
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    """Blocks SIGINT in this thread while it spawns worker processes.
+
+    A spawned process inherits the signal mask, so a Ctrl-C while a worker
+    is still importing JAX (seconds, before :func:`_init_worker` makes it
+    ignore SIGINT) stays pending there instead of printing a traceback. This
+    process loses nothing: a Ctrl-C meanwhile is handled by another thread or
+    when the mask is restored.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    # Starting multiprocessing's resource tracker unblocks SIGINT: start it first.
+    with contextlib.suppress(Exception):
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Ends the pool's worker processes now (their units are lost, not half-written)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
@@ -99,7 +144,8 @@ def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
 
     If a worker dies (killed, out of memory), the pool is rebuilt and the units
     that were running get another try; a unit whose worker dies three times
-    gets failed rows.
+    gets failed rows. If the driver is interrupted (Ctrl-C) or the consumer
+    stops early, the workers are stopped at once rather than left to finish.
     """
     remaining = list(units)
     attempts = collections.Counter()
@@ -108,10 +154,11 @@ def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
         pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=_init_worker,
             initargs=(tuple(imports),))
-        futures = {pool.submit(compute_unit, unit): i for i, unit in enumerate(remaining)}
         finished = set()
         broken = False
         try:
+            with _sigint_blocked():  # the workers are spawned by the first submits
+                futures = {pool.submit(compute_unit, unit): i for i, unit in enumerate(remaining)}
             for future in concurrent.futures.as_completed(futures):
                 i = futures[future]
                 try:
@@ -121,8 +168,10 @@ def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
                     break
                 finished.add(i)
                 yield remaining[i], rows
-        finally:
-            pool.shutdown(wait=not broken, cancel_futures=True)
+        except BaseException:  # KeyboardInterrupt, or the generator closed early
+            _stop_workers(pool)
+            raise
+        pool.shutdown(wait=not broken, cancel_futures=True)
         if broken:
             running = [i for f, i in futures.items() if i not in finished and f.running()]
             for i in running or [i for i in range(len(remaining)) if i not in finished]:
@@ -148,6 +197,34 @@ def _ray_task(payload: bytes, imports: Sequence[str]) -> list[base.ProblemResult
 _RAY_WORKER_READY = False
 
 
+# Ray gives every process of a node its node address and binds its servers
+# (GCS, raylet, object manager, workers, agents) to loopback only when that
+# address is loopback. ray.init replaces a loopback _node_ip_address by the
+# machine's network address unless cluster mode is off, which this variable
+# does (it is read when Ray is imported, and inherited by every Ray process).
+_RAY_LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def _ray_loopback_only():
+    """Starts Ray processes in single-machine mode: every listener on loopback."""
+    previous = os.environ.get(_RAY_LOCAL_ONLY)
+    os.environ[_RAY_LOCAL_ONLY] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    cluster = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    if constants is not None:  # Ray was imported before the variable was set
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_RAY_LOCAL_ONLY, None)
+        else:
+            os.environ[_RAY_LOCAL_ONLY] = previous
+        if constants is not None:
+            constants.ENABLE_RAY_CLUSTER = cluster
+
+
 def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
     """Runs units as Ray tasks; a task whose worker dies is retried by Ray."""
     try:
@@ -159,8 +236,16 @@ def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
         if address:
             ray.init(address=address, log_to_driver=False)
         else:  # a local cluster for this run, reachable only from this machine
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                     _node_ip_address="127.0.0.1")
+            with _ray_loopback_only():
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                         _node_ip_address="127.0.0.1")
+            node_ip = ray.util.get_node_ip_address()
+            if not ipaddress.ip_address(node_ip).is_loopback:
+                ray.shutdown()
+                raise ValueError(f"the local Ray cluster took the address {node_ip}, not a "
+                                 "loopback one, so it would be reachable from other machines; "
+                                 "nothing was run (this Ray version is not supported: pip "
+                                 "install 'neural-testbed[ray]')")
     task = ray.remote(max_retries=3)(_ray_task)
     pending = {task.remote(pickle.dumps(unit), tuple(imports)): unit for unit in units}
     try:

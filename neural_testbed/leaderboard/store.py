@@ -3,7 +3,9 @@
 Rows are written in transactions as soon as they are computed, so an
 interrupted sweep loses nothing and resumes where it stopped. SQLite's
 write-ahead log and a busy timeout let several processes of one sweep write
-to one store at once.
+to one store at once. Readers open a store read-only, and a writer changes a
+file only once it is known to be a store of ours (or is new or empty), so no
+command can damage a file that is not one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import datetime
 import math
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,8 +29,10 @@ __all__ = [
     "SCHEMA_VERSION",
     "ResultsStore",
     "StoreError",
+    "check_writable",
     "config_hash",
     "config_json",
+    "merge_plan",
 ]
 
 DEFAULT_DB = "neural_testbed_results.db"
@@ -82,40 +87,146 @@ def _same(value: Any) -> Any:
     return "nan" if isinstance(value, float) and math.isnan(value) else value
 
 
+def merge_plan(rows: Sequence[Mapping[str, Any]],
+               existing: Sequence[Mapping[str, Any]] = ()) -> tuple[list[Mapping[str, Any]], int]:
+    """The rows a merge would add to a store holding ``existing``, and the exact duplicates.
+
+    Raises:
+      StoreError: if a row has the key of an existing (or earlier) row with a
+        different result; nothing should then be written.
+    """
+    key_of = lambda r: tuple(r[c] for c in _KEY_COLUMNS)
+    result_of = lambda r: tuple(_same(r[c]) for c in _RESULT_COLUMNS)
+    known = {key_of(r): result_of(r) for r in existing}
+    added, duplicates, conflicts = [], 0, []
+    for r in rows:
+        key, result = key_of(r), result_of(r)
+        if key not in known:
+            known[key] = result
+            added.append(r)
+        elif known[key] == result:
+            duplicates += 1
+        else:
+            conflicts.append(key)
+    if conflicts:
+        shown = "; ".join(", ".join(f"{c}={v}" for c, v in zip(_KEY_COLUMNS, key))
+                          for key in conflicts[:3])
+        raise StoreError(f"{len(conflicts)} row(s) conflict with rows already merged (same "
+                         f"key, different results), nothing was written: {shown}")
+    return added, duplicates
+
+
 def _package_version() -> str:
     from neural_testbed import __version__
 
     return __version__
 
 
+def check_writable(path: str) -> None:
+    """Raises :class:`StoreError` unless a store could be written at ``path``.
+
+    The file, if it exists, must be writable, and so must its directory:
+    SQLite keeps the write-ahead log and its index beside the file.
+    """
+    path = str(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise StoreError(f"{path!r} is a directory, not a results store file")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise StoreError(f"{path!r} is read-only: results cannot be written to it; make it "
+                         "writable or use another file")
+    if not os.path.isdir(directory):
+        raise StoreError(f"cannot create {path!r}: there is no directory {directory!r}")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot write the results store {path!r}: its directory {directory!r} "
+                         "is read-only (SQLite writes its log beside the file); use another file")
+
+
+def _connect_read_only(path: str) -> sqlite3.Connection:
+    """A connection that cannot change the file (SQLite ``mode=ro``).
+
+    A store in WAL mode needs its shared-memory index beside it; where that
+    cannot be created (a read-only directory) no writer can be active either,
+    so the file is read as immutable.
+    """
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=120.0, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 120000")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as error:
+        if "unable to open" not in str(error):
+            raise
+    conn = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    return conn
+
+
 class ResultsStore:
     """A results database file.
 
+    A writer (``create=True``) looks at an existing file read-only first and
+    changes nothing in it unless it is a neural-testbed store of this schema
+    (or an empty file, which becomes a new store); it also refuses a file or
+    directory it could not write, before any work is done. A reader
+    (``create=False``) opens the file read-only (SQLite ``mode=ro``) and never
+    changes it.
+
     Args:
       path: the SQLite file; created if missing unless ``create=False``.
-      create: whether a missing file may be created (readers pass False).
+      create: True for a writer, which may create the file; False for a
+        reader, which needs an existing store and opens it read-only.
 
     Raises:
       StoreError: the file is missing (``create=False``), is not a SQLite
-        database, or was written with an incompatible schema.
+        database or not a neural-testbed store, was written with an
+        incompatible schema, or cannot be written (``create=True``).
     """
 
     def __init__(self, path: str, create: bool = True):
         self.path = str(path)
-        if not create and not os.path.exists(self.path):
+        self.read_only = not create
+        if os.path.isdir(self.path):
+            raise StoreError(f"{self.path!r} is a directory, not a results store file")
+        exists = os.path.exists(self.path)
+        if not create and not exists:
             raise StoreError(f"no results store at {self.path!r}; run `neural-testbed run` or "
                              "`neural-testbed sweep` first, or pass --db")
         try:
+            if exists and (self.read_only or os.path.getsize(self.path) > 0):
+                # Is it a store of ours? Asked read-only, so a foreign file stays as it is.
+                self._conn = _connect_read_only(self.path)
+                new = self._check_schema(create)
+                if self.read_only:
+                    return
+                self._conn.close()
+            else:
+                new = True
+            check_writable(self.path)
             self._conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
             self._conn.execute("PRAGMA busy_timeout = 120000")
             self._conn.execute("PRAGMA journal_mode = WAL")
-            self._init_schema(create)
-        except sqlite3.DatabaseError as error:
+            if new:
+                self._create_schema()
+            else:  # the file passed as ours: take and release the write lock once
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute("ROLLBACK")
+        except BaseException as error:
+            conn = getattr(self, "_conn", None)
+            if conn is not None:
+                conn.close()
+            if not isinstance(error, sqlite3.DatabaseError):
+                raise
+            if "readonly" in str(error) or "read-only" in str(error):
+                raise StoreError(f"{self.path!r} is read-only ({error}); make it writable or "
+                                 "use another file") from None
             raise StoreError(
                 f"{self.path!r} is not a usable neural-testbed results store ({error})"
             ) from None
 
-    def _init_schema(self, create: bool) -> None:
+    def _check_schema(self, create: bool) -> bool:
+        """Checks the file is a store of this schema; True if it is empty (a new store)."""
         tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "meta" in tables:
             row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -132,13 +243,21 @@ class ResultsStore:
                     f"neural-testbed {writer[0] if writer else 'unknown'}); this version "
                     f"({_package_version()}) reads schema version {SCHEMA_VERSION}: "
                     "use a new --db file, or the neural-testbed version that wrote it")
-            return
+            return False
         if tables:
             raise StoreError(f"{self.path!r} is a SQLite database but not a neural-testbed results store")
         if not create:
             raise StoreError(f"{self.path!r} is empty: it holds no results yet")
+        return True
+
+    def _create_schema(self) -> None:
         columns = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS)
         with self._transaction():
+            tables = {r[0] for r in self._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables - {"meta", "results"}:  # another program wrote it meanwhile
+                raise StoreError(
+                    f"{self.path!r} is a SQLite database but not a neural-testbed results store")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._conn.execute(
                 f"CREATE TABLE IF NOT EXISTS results ({columns}, PRIMARY KEY ({', '.join(_KEY_COLUMNS)}))")
@@ -157,6 +276,10 @@ class ResultsStore:
             raise
         self._conn.execute("COMMIT")
 
+    def _check_writer(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.path!r} was opened read-only (create=False)")
+
     def close(self) -> None:
         self._conn.close()
 
@@ -168,6 +291,7 @@ class ResultsStore:
 
     def write(self, results: Iterable[base.ProblemResult]) -> None:
         """Writes rows in one transaction, replacing rows with the same key."""
+        self._check_writer()
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         version = _package_version()
         records = [
@@ -213,37 +337,17 @@ class ResultsStore:
 
         A row whose key is already here with a different result (config, kl,
         kl_stderr, accuracy, ece, status or error) is a conflict: nothing is
-        written and a :class:`StoreError` lists the conflicting keys. Timings,
-        timestamps and versions may differ between duplicates.
+        written and a :class:`StoreError` lists the conflicting keys (see
+        :func:`merge_plan`). Timings, timestamps and versions may differ
+        between duplicates.
         """
-        key_of = lambda r: tuple(r[c] for c in _KEY_COLUMNS)
-        result_of = lambda r: tuple(_same(r[c]) for c in _RESULT_COLUMNS)
-        existing = {key_of(r): result_of(r) for r in self.rows()}
-        added, duplicates, conflicts = {}, 0, []
-        for r in rows:
-            key = key_of(r)
-            if key in existing:
-                known = existing[key]
-            elif key in added:
-                known = result_of(added[key])
-            else:
-                known = None
-            if known is None:
-                added[key] = r
-            elif known == result_of(r):
-                duplicates += 1
-            else:
-                conflicts.append(key)
-        if conflicts:
-            shown = "; ".join(", ".join(f"{c}={v}" for c, v in zip(_KEY_COLUMNS, key))
-                              for key in conflicts[:3])
-            raise StoreError(f"{len(conflicts)} row(s) conflict with rows already merged (same "
-                             f"key, different results), nothing was written: {shown}")
+        self._check_writer()
+        added, duplicates = merge_plan(rows, self.rows())
         placeholders = ", ".join("?" * len(COLUMNS))
         with self._transaction():
             self._conn.executemany(
                 f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders})",
-                [tuple(r[c] for c in COLUMNS) for r in added.values()])
+                [tuple(r[c] for c in COLUMNS) for r in added])
         return len(added), duplicates
 
     def to_csv(self, path: str, rows: Sequence[dict[str, Any]] | None = None) -> int:

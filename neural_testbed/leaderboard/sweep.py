@@ -10,6 +10,7 @@ where it stopped and nothing is computed twice.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -17,12 +18,15 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from neural_testbed import base
-from neural_testbed.agents import registry
+from neural_testbed.agents import registry, validation
 from neural_testbed.leaderboard import executors
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.likelihood import kl
 
-__all__ = ["SweepSummary", "parse_shard", "plan_units", "run_agent", "run_sweep"]
+__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_options", "parse_shard", "plan_units",
+           "run_agent", "run_sweep"]
+
+MAX_AGENT_SEED = 2**32 - 1  # the seed is folded into keys as a uint32
 
 
 @dataclasses.dataclass
@@ -43,6 +47,37 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not 1 <= i <= n:
         raise ValueError(f"--shard {text!r}: need 1 <= i <= n")
     return i, n
+
+
+def check_options(
+    *,
+    agent_seed: int = 0,
+    batch_size: int | None = None,
+    workers: int = 1,
+    backend: str = "local",
+    estimator: str = "auto",
+) -> None:
+    """Checks the settings of a run before anything is opened or computed.
+
+    Raises:
+      ValueError: naming the bad setting (and its command-line flag) and what
+        is allowed.
+    """
+    def is_int(value):
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not is_int(agent_seed) or not 0 <= agent_seed <= MAX_AGENT_SEED:
+        raise ValueError(f"agent seed (--seed) must be an integer from 0 to {MAX_AGENT_SEED}, "
+                         f"got {agent_seed!r}")
+    if batch_size is not None and (not is_int(batch_size) or batch_size < 1):
+        raise ValueError(f"batch size (--batch-size) must be an integer >= 1, got {batch_size!r}")
+    if not is_int(workers) or workers < 1:
+        raise ValueError(f"workers (--workers) must be an integer >= 1, got {workers!r}")
+    if backend not in executors.BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(executors.BACKENDS)}")
+    if backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise ValueError("--backend ray needs Ray: pip install 'neural-testbed[ray]'")
+    kl.choose_estimator(1, estimator)
 
 
 def plan_units(
@@ -67,9 +102,10 @@ def plan_units(
     modulo ``n``. Problems already stored are then dropped from their unit
     (``store=None``: nothing is stored yet).
     """
-    kl.choose_estimator(1, estimator)
-    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
+    check_options(agent_seed=agent_seed, batch_size=batch_size, estimator=estimator)
+    for config in configs:  # user agents' configs obey the same field rules as built-ins
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            validation.check_fields(config)
     shard_index, num_shards = shard
     units, reused, position = [], 0, 0
     for config in configs:
@@ -204,6 +240,8 @@ def run_sweep(
       Counts of computed, reused and failed rows.
     """
     registry.get_agent(agent_name)
+    check_options(agent_seed=agent_seed, batch_size=batch_size, workers=workers, backend=backend,
+                  estimator=estimator)
     units, reused = plan_units(
         agent_name, configs, list(problems), store, agent_seed=agent_seed, estimator=estimator,
         batch_size=batch_size, recompute=recompute, retry_failed=retry_failed, shard=shard)

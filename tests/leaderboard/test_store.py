@@ -1,5 +1,9 @@
 """The results store: round trip, resumability keys, concurrent writers, bad files."""
 
+import contextlib
+import hashlib
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -117,3 +121,95 @@ def test_store_of_the_old_problem_definition_is_refused_in_one_line(tmp_path):
         leaderboard.ResultsStore(path)
     assert "old problem definition" in str(error.value) and "\n" not in str(error.value)
     assert "new --db" in str(error.value)
+
+
+@contextlib.contextmanager
+def _read_only(path):
+    """Makes a file or directory unwritable for this process (root included: chattr +i)."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~0o222)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    if shutil.which("chattr") is None or subprocess.run(
+            ["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root where chattr +i is unavailable: nothing is read-only")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_a_foreign_sqlite_file_is_refused_and_left_byte_identical(tmp_path, journal):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA journal_mode = {journal}")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.close()
+    before = _digest(path)
+    for create in (False, True):
+        with pytest.raises(store_lib.StoreError, match="not a neural-testbed results store"):
+            leaderboard.ResultsStore(path, create=create)
+    assert _digest(path) == before
+
+
+def test_an_empty_file_stays_empty_for_readers_and_becomes_a_store_for_a_writer(tmp_path):
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(store_lib.StoreError, match="is empty: it holds no results yet"):
+        leaderboard.ResultsStore(path, create=False)
+    assert path.stat().st_size == 0
+    with leaderboard.ResultsStore(path) as store:
+        store.write([_result("classification_2d/90", 1)])
+    with leaderboard.ResultsStore(path, create=False) as store:
+        assert len(store.rows()) == 1
+
+
+def test_a_reader_opens_the_store_read_only(tmp_path):
+    path = tmp_path / "r.db"
+    with leaderboard.ResultsStore(path) as store:
+        store.write([_result("classification_2d/90", 1)])
+    before = _digest(path)
+    with leaderboard.ResultsStore(path, create=False) as store:
+        assert len(store.rows()) == 1
+        with pytest.raises(store_lib.StoreError, match="opened read-only"):
+            store.write([_result("classification_2d/90", 100)])
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            store._conn.execute("DELETE FROM results")  # not even by going around the API
+    assert _digest(path) == before
+
+
+def test_a_read_only_store_file_is_refused_by_a_writer_and_read_by_a_reader(tmp_path):
+    path = tmp_path / "r.db"
+    with leaderboard.ResultsStore(path) as store:
+        store.write([_result("classification_2d/90", 1)])
+    with _read_only(path):
+        with pytest.raises(store_lib.StoreError, match="'.*r.db' is read-only"):
+            leaderboard.ResultsStore(path)
+        with leaderboard.ResultsStore(path, create=False) as store:
+            assert len(store.rows()) == 1
+
+
+def test_a_store_in_a_read_only_directory_is_refused_by_a_writer_and_read_by_a_reader(tmp_path):
+    directory = tmp_path / "shelf"
+    directory.mkdir()
+    with leaderboard.ResultsStore(directory / "r.db") as store:
+        store.write([_result("classification_2d/90", 1)])
+    with _read_only(directory):
+        for name in ("r.db", "new.db"):
+            with pytest.raises(store_lib.StoreError, match="directory .* is read-only"):
+                leaderboard.ResultsStore(directory / name)
+        with leaderboard.ResultsStore(directory / "r.db", create=False) as store:
+            assert len(store.rows()) == 1
+    assert sorted(p.name for p in directory.iterdir()) == ["r.db"]
+    with pytest.raises(store_lib.StoreError, match="there is no directory"):
+        leaderboard.ResultsStore(tmp_path / "missing" / "r.db")

@@ -101,10 +101,11 @@ def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
     [(["leaderboard", "--db", "missing.db"], "no results store at 'missing.db'"),
      (["leaderboard", "--db", "corrupt.db"], "is not a usable neural-testbed results store"),
      (["leaderboard", "--db", "empty.db"], "holds no results yet"),
-     (["leaderboard", "--db", "ref.db", "--sweep", "paper", "--baseline", "ens"],
-      "note: no ens results for this sweep"),
+     (["leaderboard", "--db", "ref.db", "--sweep", "paper", "--baseline", "ensemble"],
+      "note: no ensemble results for this sweep"),
+     (["leaderboard", "--db", "ref.db", "--baseline", "nope"], "--baseline 'nope': no such agent"),
      (["sweep", "--agent", "nope", "--db", "x.db"], "unknown agent 'nope'"),
-     (["compare", "--agent", "toy", "--db", "ref.db"], "unknown agent 'toy'"),
+     (["compare", "--agent", "nope", "--db", "ref.db"], "--agent 'nope': no such agent"),
      (["run", "--agent", "mlp", "--import", "no_such_module"], "--import no_such_module: No module")],
 )
 def test_bad_input_is_a_clear_message_without_traceback(workdir, args, message):
@@ -117,3 +118,29 @@ def test_bad_input_is_a_clear_message_without_traceback(workdir, args, message):
     assert "Traceback" not in err
     if not message.startswith("note:"):
         assert status == 2
+
+
+def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
+    status, out, err = _run(["compare", "--agent", "toy", "--baseline", "mlp", "--sweep",
+                             "smoke", "--db", "ref.db"], workdir)
+    assert status == 0, err
+    assert re.search(r"toy vs mlp: significantly better in \d+, worse in \d+ of 4", out)
+
+
+def test_import_never_lets_the_working_directory_shadow_installed_packages(workdir, tmp_path):
+    """A stray matplotlib.py beside the user's module is not what `plot` imports."""
+    script = pathlib.Path(sys.executable).with_name("neural-testbed")
+    if not script.exists():
+        pytest.skip("the neural-testbed console script is not installed")
+    (tmp_path / "my_toy_agent.py").write_text(pathlib.Path(TOY).read_text())
+    marker = tmp_path / "stray_matplotlib_ran"
+    (tmp_path / "matplotlib.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise ImportError('stray matplotlib.py')\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [str(script), "plot", "--import", "my_toy_agent", "--out", "figs", "--sweep", "smoke",
+         "--db", str(workdir / "ref.db")], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists()
+    assert list((tmp_path / "figs").glob("*.png"))
