@@ -1,6 +1,11 @@
 """The agent zoo and its registry."""
 
 from neural_testbed.agents.bbb import BBBConfig, bbb_sweep, make_bbb_agent
+from neural_testbed.agents.deep_kernel import (
+    DeepKernelConfig,
+    deep_kernel_sweep,
+    make_deep_kernel_agent,
+)
 from neural_testbed.agents.dropout import DropoutConfig, dropout_sweep, make_dropout_agent
 from neural_testbed.agents.ensemble import EnsembleConfig, ensemble_sweep, make_ensemble_agent
 from neural_testbed.agents.ensemble_plus import (
@@ -8,12 +13,14 @@ from neural_testbed.agents.ensemble_plus import (
     ensemble_plus_sweep,
     make_ensemble_plus_agent,
 )
+from neural_testbed.agents.epinet import EpinetConfig, epinet_sweep, make_epinet_agent
 from neural_testbed.agents.hypermodel import (
     HypermodelConfig,
     hypermodel_sweep,
     make_hypermodel_agent,
 )
 from neural_testbed.agents.knn import KnnConfig, knn_sweep, make_knn_agent
+from neural_testbed.agents.laplace import LaplaceConfig, laplace_sweep, make_laplace_agent
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
 from neural_testbed.agents.random_forest import (
     RandomForestConfig,
@@ -34,27 +41,36 @@ __all__ = [
     "AGENTS",
     "AgentSpec",
     "BBBConfig",
+    "DeepKernelConfig",
     "DropoutConfig",
     "EnsembleConfig",
     "EnsemblePlusConfig",
+    "EpinetConfig",
     "HypermodelConfig",
     "KnnConfig",
+    "LaplaceConfig",
     "MLPConfig",
     "RandomForestConfig",
     "SGMCMCConfig",
     "bbb_sweep",
+    "deep_kernel_sweep",
     "dropout_sweep",
     "ensemble_plus_sweep",
     "ensemble_sweep",
+    "epinet_sweep",
     "get_agent",
     "hypermodel_sweep",
     "knn_sweep",
+    "laplace_sweep",
     "make_bbb_agent",
+    "make_deep_kernel_agent",
     "make_dropout_agent",
     "make_ensemble_agent",
     "make_ensemble_plus_agent",
+    "make_epinet_agent",
     "make_hypermodel_agent",
     "make_knn_agent",
+    "make_laplace_agent",
     "make_mlp_agent",
     "make_random_forest_agent",
     "make_sgmcmc_agent",

@@ -3,15 +3,29 @@
 On CPU, JAX lowers the threefry-2x32 hash behind every ``jax.random`` draw as
 a *rolled* loop of five iterations (to save compile time). For the small
 arrays drawn at every step of a long chain, that loop, not the arithmetic,
-is the cost: an SG-MCMC step on the (50, 50) MLP spent most of its time
-drawing its 2,852 Gaussians. Unrolled, the hash fuses into one vectorised
-kernel.
+is the cost: an SG-MCMC step on the (50, 50) MLP of a 2-d problem spent most
+of its time drawing its 2,802 Gaussians. Unrolled, the hash fuses into one
+vectorised kernel.
 
 :func:`fast_key` re-types a threefry key as an equivalent key of this
 implementation: the same key data, the same ``split`` and the same bits
 (the default "partitionable" threefry stream, checked bit for bit in the
 tests), so results do not change, only their speed. ``seed`` and
-``fold_in`` are threefry's own.
+``fold_in`` are threefry's own. A key of another implementation, or a
+threefry key in JAX's legacy non-partitionable mode (a different stream), is
+returned unchanged: slower, never different numbers.
+
+Measured speed-up (``PYTHONPATH=. python benchmarks/threefry.py``, median of
+7 runs of 10,000 steps, JAX 0.10.2 on a shared 2-core Intel Xeon VM):
+drawing the Langevin noise alone 2.4x faster (1.05 s -> 0.44 s), and the
+whole SG-MCMC chain (gradients, minibatches and noise; T = 100) 1.8x faster
+(2.16 s -> 1.18 s).
+
+It builds on JAX internals: ``jax.extend.random.define_prng_impl``, the
+threefry implementation's ``seed`` and ``fold_in``, the partitionable stream
+as JAX's default, and JAX's rolled CPU lowering of the hash (the reason it
+exists). ``tests/agents/test_threefry.py`` fails, saying which, when any of
+these changes, and checks that the chain really takes this path.
 
 Reference:
   J. K. Salmon, M. A. Moraes, R. O. Dror and D. E. Shaw, "Parallel random

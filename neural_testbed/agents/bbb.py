@@ -8,7 +8,7 @@ lower bound, drawing weights with the reparameterisation
     mean over the minibatch and over ``num_samples`` weight draws of the
     cross-entropy  +  c * KL(q || prior) / T,
 
-with ``c = d * sqrt(temperature)`` when ``adaptive_scale`` (the testbed's
+with ``c = d * sqrt(temperature)`` when ``adaptive_weight_scale`` (the testbed's
 default) and ``c = 1`` otherwise. The prior is either a Gaussian
 ``N(0, sigma_1^2)`` on every weight, whose KL is computed in closed form, or
 the paper's scale mixture ``pi N(0, sigma_1^2) + (1 - pi) N(0, sigma_2^2)``,
@@ -16,7 +16,7 @@ whose KL has no closed form and is estimated by Monte Carlo with the same
 weight draws as the likelihood (``log q(w) - log p(w)``, as in the paper).
 The posterior starts with the means of a freshly initialised MLP (fan-in
 scaled weights, zero biases) and stddev ``init_stddev`` everywhere, as in the
-reference testbed; ``docs/differences_agents.md`` lists what still differs.
+reference testbed; ``docs/differences.md`` lists what still differs.
 
 A posterior sample is one network: the ENN index is the key of its weight
 noise ``eps``, drawn once for all inputs of a call.
@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import training
+from neural_testbed.agents import training, validation
 
 __all__ = [
     "BBBConfig",
@@ -71,7 +71,7 @@ class BBBConfig:
     sigma_1: float = 0.3  # stddev of the Gaussian prior, or of the mixture's first component
     sigma_2: float = 0.75  # stddev of the mixture's second component (scale_mixture only)
     mixture_pi: float = 1.0  # weight pi of the first component, in [0, 1] (scale_mixture only)
-    adaptive_scale: bool = True  # multiply the KL term by d * sqrt(temperature)
+    adaptive_weight_scale: bool = True  # multiply the KL term by d * sqrt(temperature)
     init_stddev: float = 0.01  # posterior stddev of every weight and bias at initialisation
 
     def __post_init__(self):
@@ -90,6 +90,8 @@ class BBBConfig:
                 raise ValueError(f"{name} must be >= 1, got {value!r}")
         if not self.hidden or any(w < 1 for w in self.hidden):
             raise ValueError(f"hidden must be one or more widths >= 1, got {self.hidden!r}")
+        # Then the rules every agent shares: field types, finite floats.
+        validation.check_fields(self)
 
 
 class Posterior(NamedTuple):
@@ -99,7 +101,7 @@ class Posterior(NamedTuple):
     rho: networks.MLPParams  # stddev = softplus(rho), same tree
 
 
-def sample_weights(posterior: Posterior, key: jax.Array) -> networks.MLPParams:
+def sample_weights(key: jax.Array, posterior: Posterior) -> networks.MLPParams:
     """One network from the posterior: ``mu + softplus(rho) * eps``, ``eps ~ N(0, I)``."""
     eps = optax.tree.random_like(key, posterior.mean, jax.random.normal)
     return jax.tree.map(
@@ -185,14 +187,14 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
         rho0 = _inverse_softplus(config.init_stddev)
         posterior = Posterior(mean, jax.tree.map(lambda m: jnp.full_like(m, rho0), mean))
         kl_weight = 1.0 / prior.num_train
-        if config.adaptive_scale:
+        if config.adaptive_weight_scale:
             kl_weight = kl_weight * prior.input_dim * jnp.sqrt(prior.temperature)
 
-        def loss_fn(posterior, batch, key):
+        def loss_fn(key, posterior, batch):
             stddev = jax.tree.map(jax.nn.softplus, posterior.rho)
 
             def one_draw(draw_key):
-                weights = sample_weights(posterior, draw_key)
+                weights = sample_weights(draw_key, posterior)
                 logits = networks.apply_mlp(weights, batch.x)  # [batch, num_classes]
                 nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
                 if config.weight_prior == "gaussian":
@@ -217,7 +219,7 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
         return posterior
 
     def apply(posterior: Posterior, x, index):
-        return networks.apply_mlp(sample_weights(posterior, index), x)
+        return networks.apply_mlp(sample_weights(index, posterior), x)
 
     def sample_index(key):
         return key  # the key of one network's weight noise

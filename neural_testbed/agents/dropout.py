@@ -28,7 +28,7 @@ import jax
 import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import training
+from neural_testbed.agents import training, validation
 
 __all__ = ["DropoutConfig", "dropout_sweep", "make_dropout_agent"]
 
@@ -59,6 +59,8 @@ class DropoutConfig:
                 raise ValueError(f"{name} must be >= 1, got {value!r}")
         if not self.hidden or any(w < 1 for w in self.hidden):
             raise ValueError(f"hidden must be one or more widths >= 1, got {self.hidden!r}")
+        # Then the rules every agent shares: field types, finite floats.
+        validation.check_fields(self)
 
 
 def _draw_masks(
@@ -123,7 +125,7 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
       Gal & Ghahramani, "Dropout as a Bayesian approximation", ICML 2016.
     """
 
-    def masks_for(params, key, batch_shape):
+    def masks_for(key, params, batch_shape):
         return _draw_masks(key, params, config.dropout_rate, config.dropout_input, batch_shape)
 
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge):
@@ -136,8 +138,8 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
         scale = _weight_decay(config, prior)
         optimizer = training.adam_with_l2(config.learning_rate, scale)
 
-        def loss_fn(params, batch, key):
-            masks = masks_for(params, key, (batch.x.shape[0],))  # one mask per example
+        def loss_fn(key, params, batch):
+            masks = masks_for(key, params, (batch.x.shape[0],))  # one mask per example
             logits = _apply_with_masks(params, batch.x, masks)
             return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
 
@@ -147,7 +149,7 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
         return params
 
     def apply(params, x, index):
-        return _apply_with_masks(params, x, masks_for(params, index, ()))
+        return _apply_with_masks(params, x, masks_for(index, params, ()))
 
     def sample_index(key):
         return key  # the key of one network's dropout masks

@@ -18,29 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
-import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import training
+from neural_testbed.agents import ensembling, training, validation
 
-__all__ = [
-    "EnsembleConfig",
-    "EnsembleKeys",
-    "EnsembleState",
-    "apply_members",
-    "check_num_ensemble",
-    "ensemble_sweep",
-    "init_members",
-    "make_ensemble_agent",
-    "member_cross_entropy",
-    "select_member",
-    "split_keys",
-]
+__all__ = ["EnsembleConfig", "EnsembleState", "ensemble_sweep", "make_ensemble_agent"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,73 +41,17 @@ class EnsembleConfig:
     adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
 
     def __post_init__(self):
-        check_num_ensemble(self.num_ensemble)
+        ensembling.check_num_ensemble(self.num_ensemble)
         # The fields shared with the mlp agent obey the same rules.
         training.check_training_fields(self)
-
-
-def check_num_ensemble(num_ensemble: int) -> None:
-    """Raises a clear error unless ``num_ensemble`` is an integer >= 1."""
-    if isinstance(num_ensemble, bool) or not isinstance(num_ensemble, int) or num_ensemble < 1:
-        raise ValueError(f"num_ensemble must be an integer >= 1, got {num_ensemble!r}")
+        # Then the rules every agent shares: field types, finite floats.
+        validation.check_fields(self)
 
 
 class EnsembleState(NamedTuple):
     """A trained ensemble."""
 
     params: networks.MLPParams  # every leaf has a leading [num_ensemble] axis
-
-
-class EnsembleKeys(NamedTuple):
-    """The keys an ensemble agent's training key is split into.
-
-    ensemble+ splits its key the same way and uses all four, so with no prior
-    function and no bootstrap it initialises and trains exactly like this agent.
-    """
-
-    init: jax.Array  # initialisation of the trained members
-    train: jax.Array  # minibatches
-    prior: jax.Array  # ensemble+: the fixed prior functions
-    bootstrap: jax.Array  # ensemble+: the bootstrap weights
-
-
-def split_keys(key: jax.Array) -> EnsembleKeys:
-    """Splits an agent's training key into its :class:`EnsembleKeys`."""
-    return EnsembleKeys(*jax.random.split(key, 4))
-
-
-def init_members(
-    key: jax.Array,
-    num_members: int,
-    input_dim: int,
-    layer_sizes: Sequence[int],
-    first_bias_stddev: float = 0.0,
-) -> networks.MLPParams:
-    """Draws ``num_members`` MLPs with :func:`networks.init_mlp`, one key each.
-
-    Returns:
-      The parameters of all members; every leaf has a leading
-      ``[num_members]`` axis.
-    """
-    return jax.vmap(
-        lambda k: networks.init_mlp(k, input_dim, layer_sizes, first_bias_stddev)
-    )(jax.random.split(key, num_members))
-
-
-def apply_members(params: networks.MLPParams, x: jax.Array) -> jax.Array:
-    """Every member's output: ``x [n, input_dim] -> [num_members, n, out]``."""
-    return jax.vmap(networks.apply_mlp, in_axes=(0, None))(params, x)
-
-
-def select_member(params: networks.MLPParams, index: jax.Array) -> networks.MLPParams:
-    """The parameters of member ``index`` (an int32 scalar, possibly traced)."""
-    return jax.tree.map(lambda leaf: leaf[index], params)
-
-
-def member_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Softmax cross-entropy of every member: ``[M, n, K], [n] -> [M, n]``."""
-    labels = jnp.broadcast_to(labels, logits.shape[:-1])
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
 def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent:
@@ -141,8 +70,8 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
     """
 
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> EnsembleState:
-        keys = split_keys(key)
-        params = init_members(
+        keys = ensembling.split_keys(key)
+        params = ensembling.init_members(
             keys.init, config.num_ensemble, prior.input_dim, (*config.hidden, prior.num_classes)
         )
         scale = training.weight_decay_scale(
@@ -150,10 +79,10 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
         )
         optimizer = training.adam_with_l2(config.learning_rate, scale)
 
-        def loss_fn(params, batch, key):
+        def loss_fn(key, params, batch):
             del key  # deterministic networks
-            logits = apply_members(params, batch.x)  # [num_ensemble, batch, K]
-            return member_cross_entropy(logits, batch.y).mean()
+            logits = ensembling.apply_members(params, batch.x)  # [num_ensemble, batch, K]
+            return ensembling.member_cross_entropy(logits, batch.y).mean()
 
         params, _ = training.train_minibatch(
             keys.train, loss_fn, params, data, optimizer, config.num_steps, config.batch_size
@@ -161,7 +90,7 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
         return EnsembleState(params=params)
 
     def apply(state: EnsembleState, x: jax.Array, index: jax.Array) -> jax.Array:
-        return networks.apply_mlp(select_member(state.params, index), x)
+        return networks.apply_mlp(ensembling.select_member(state.params, index), x)
 
     def sample_index(key: jax.Array) -> jax.Array:
         return jax.random.randint(key, (), 0, config.num_ensemble)

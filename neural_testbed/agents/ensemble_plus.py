@@ -14,8 +14,8 @@ As in the reference testbed, the trained members start with a nonzero
 first-layer bias, where the ensemble agent's start at zero; this bias is all
 that separates ``prior_scale=0, bootstrap="none"`` from the ensemble agent of
 the same size and seeds (both split their key with
-:func:`ensemble.split_keys`, and draw the same weights).
-``docs/differences_agents.md`` lists what still differs from the reference.
+:func:`ensembling.split_keys`, and draw the same weights).
+``docs/differences.md`` lists what still differs from the reference.
 
 References:
   Osband, Aslanides and Cassirer, "Randomized prior functions for deep
@@ -27,35 +27,24 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import math
-import typing
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
 from neural_testbed import base, networks
-from neural_testbed.agents import ensemble, training
+from neural_testbed.agents import ensembling, training, validation
+from neural_testbed.agents.ensembling import Bootstrap, TemperatureScaling
 
 __all__ = [
-    "Bootstrap",
     "EnsemblePlusConfig",
     "EnsemblePlusState",
-    "TemperatureScaling",
     "bootstrap_weights",
-    "check_bootstrap",
-    "check_prior_options",
     "ensemble_plus_sweep",
     "init_trained_members",
     "make_ensemble_plus_agent",
-    "prior_function_scale",
 ]
-
-# Per (training point, member) loss weights: all ones, Exp(1), or 2 * Bernoulli(1/2).
-Bootstrap = Literal["none", "exponential", "bernoulli"]
-# The prior function is multiplied by prior_scale / sqrt(temperature) or / temperature.
-TemperatureScaling = Literal["sqrt", "linear"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,45 +63,11 @@ class EnsemblePlusConfig:
     adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
 
     def __post_init__(self):
-        ensemble.check_num_ensemble(self.num_ensemble)
-        check_prior_options(self)
+        ensembling.check_num_ensemble(self.num_ensemble)
+        ensembling.check_prior_options(self)
         training.check_training_fields(self)
-
-
-def _check_choice(name: str, value: str, choices: typing.Any) -> None:
-    allowed = typing.get_args(choices)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-
-
-def check_bootstrap(bootstrap: str) -> None:
-    """Raises a clear error unless ``bootstrap`` is a known distribution."""
-    _check_choice("bootstrap", bootstrap, Bootstrap)
-
-
-def check_prior_options(config) -> None:
-    """Checks a config's ``prior_scale``, ``temperature_scaling`` and ``bootstrap``."""
-    if not (isinstance(config.prior_scale, (int, float)) and math.isfinite(config.prior_scale)
-            and config.prior_scale >= 0):
-        raise ValueError(f"prior_scale must be a finite number >= 0, got {config.prior_scale!r}")
-    _check_choice("temperature_scaling", config.temperature_scaling, TemperatureScaling)
-    check_bootstrap(config.bootstrap)
-
-
-def prior_function_scale(
-    prior_scale: float, temperature: jax.Array | float, temperature_scaling: TemperatureScaling
-) -> jax.Array:
-    """The multiplier of the prior function: ``prior_scale / temperature**p``.
-
-    The environment's logits are its network's output divided by the
-    temperature, so ``"linear"`` with ``prior_scale=1`` draws prior logits
-    exactly like the environment's, and ``"sqrt"`` draws them at the
-    geometric mean of that size and the network's own.
-    """
-    temperature = jnp.asarray(temperature, jnp.float32)
-    if temperature_scaling == "linear":
-        return prior_scale / temperature
-    return prior_scale / jnp.sqrt(temperature)
+        # Then the rules every agent shares: field types, finite floats.
+        validation.check_fields(self)
 
 
 def bootstrap_weights(
@@ -124,7 +79,7 @@ def bootstrap_weights(
     bootstrap. ``"bernoulli"``: i.i.d. 2 * Bernoulli(1/2), so each member
     drops about half of the points and counts the rest twice. All have mean 1.
     """
-    check_bootstrap(bootstrap)
+    ensembling.check_bootstrap(bootstrap)
     shape = (num_members, num_train)
     if bootstrap == "exponential":
         return jax.random.exponential(key, shape, jnp.float32)
@@ -141,15 +96,16 @@ def init_trained_members(
     The reference's ensemble+ network draws its first layer's bias like its
     weights, a normal cut at two standard deviations with stddev
     ``1 / sqrt(input_dim)``, where its plain ensemble starts that bias at
-    zero. The weights are :func:`ensemble.init_members`' draws from the same
-    key, so the two agents' members differ only in that bias.
+    zero. The weights are :func:`ensembling.init_members`' draws from the same
+    key as the ensemble agent's, so the two agents' members differ only in
+    that bias.
 
     Returns:
       The parameters of all members; every leaf has a leading
       ``[num_members]`` axis.
     """
     stddev = 1.0 / input_dim**0.5
-    params = ensemble.init_members(key, num_members, input_dim, layer_sizes, stddev)
+    params = ensembling.init_members(key, num_members, input_dim, layer_sizes, stddev)
     # init_members draws this bias N(0, stddev^2) from a key its weights do not
     # use; sending it through the normal CDF and then the inverse CDF of the
     # normal restricted to [-2, 2] turns it into an exact truncated-normal draw
@@ -164,7 +120,7 @@ class EnsemblePlusState(NamedTuple):
 
     params: networks.MLPParams  # trained members; leaves have a leading [num_ensemble] axis
     prior_params: networks.MLPParams  # fixed priors, never trained; leading [num_ensemble]
-    prior_scale: jax.Array  # float32 scalar, from prior_function_scale
+    prior_scale: jax.Array  # float32 scalar, from ensembling.prior_function_scale
 
 
 def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) -> base.Agent:
@@ -173,7 +129,7 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
     Member ``m`` outputs ``f_m(x) + s * p_m(x)``: ``f_m`` an MLP of widths
     ``config.hidden`` trained from :func:`init_trained_members`, ``p_m`` a fixed
     random MLP drawn like the environment's network (same widths, same
-    initialisation), ``s`` from :func:`prior_function_scale`. The loss is the
+    initialisation), ``s`` from :func:`ensembling.prior_function_scale`. The loss is the
     mean over members and minibatch points of the bootstrap-weighted
     cross-entropy, plus the ensemble agent's weight decay (on ``f`` only).
 
@@ -186,20 +142,20 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
     def train(
         key: jax.Array, data: base.Data, prior: base.PriorKnowledge
     ) -> EnsemblePlusState:
-        keys = ensemble.split_keys(key)
+        keys = ensembling.split_keys(key)
         num_train = data.x.shape[0]
         params = init_trained_members(
             keys.init, config.num_ensemble, prior.input_dim, (*config.hidden, prior.num_classes)
         )
-        prior_params = ensemble.init_members(
+        prior_params = ensembling.init_members(
             keys.prior, config.num_ensemble, prior.input_dim,
             (*prior.env_hidden, prior.num_classes), first_bias_stddev=1.0 / prior.input_dim**0.5,
         )
-        scale = prior_function_scale(
+        scale = ensembling.prior_function_scale(
             config.prior_scale, prior.temperature, config.temperature_scaling
         )
         # The priors are fixed, so their logits at the training inputs are computed once.
-        prior_logits = scale * ensemble.apply_members(prior_params, data.x)  # [num_ensemble, T, K]
+        prior_logits = scale * ensembling.apply_members(prior_params, data.x)  # [members, T, K]
         weights = bootstrap_weights(
             keys.bootstrap, config.bootstrap, config.num_ensemble, num_train
         )  # [num_ensemble, T]
@@ -208,11 +164,11 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
         )
         optimizer = training.adam_with_l2(config.learning_rate, decay)
 
-        def loss_fn(params, batch, key):
+        def loss_fn(key, params, batch):
             del key  # deterministic networks
             ids = batch.x  # [batch] ids of the drawn training points
-            logits = ensemble.apply_members(params, data.x[ids]) + prior_logits[:, ids]
-            xent = ensemble.member_cross_entropy(logits, batch.y)  # [num_ensemble, batch]
+            logits = ensembling.apply_members(params, data.x[ids]) + prior_logits[:, ids]
+            xent = ensembling.member_cross_entropy(logits, batch.y)  # [num_ensemble, batch]
             return (weights[:, ids] * xent).mean()
 
         # Minibatches are drawn over point ids, so that the loss can look up each
@@ -224,8 +180,8 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
         return EnsemblePlusState(params=params, prior_params=prior_params, prior_scale=scale)
 
     def apply(state: EnsemblePlusState, x: jax.Array, index: jax.Array) -> jax.Array:
-        trained = networks.apply_mlp(ensemble.select_member(state.params, index), x)
-        prior_fn = networks.apply_mlp(ensemble.select_member(state.prior_params, index), x)
+        trained = networks.apply_mlp(ensembling.select_member(state.params, index), x)
+        prior_fn = networks.apply_mlp(ensembling.select_member(state.prior_params, index), x)
         return trained + state.prior_scale * prior_fn
 
     def sample_index(key: jax.Array) -> jax.Array:

@@ -12,7 +12,7 @@ cross-entropy over many indices sampled at each step.
 
 Both hypermodels are initialised as in the reference testbed (its hypermodel
 factory over the ENN library's ``MLPHypermodelPriorIndependentLayers``);
-``docs/differences_agents.md`` lists what still differs.
+``docs/differences.md`` lists what still differs.
 
 References:
   Dwaracherla, Lu, Ibrahimi, Osband, Wen and Van Roy, "Hypermodels for
@@ -35,8 +35,8 @@ import optax
 from jax.scipy.special import log_ndtr
 
 from neural_testbed import base, networks
-from neural_testbed.agents import ensemble_plus, training
-from neural_testbed.agents.ensemble_plus import Bootstrap, TemperatureScaling
+from neural_testbed.agents import ensembling, training, validation
+from neural_testbed.agents.ensembling import Bootstrap, TemperatureScaling
 
 __all__ = [
     "HypermodelConfig",
@@ -77,8 +77,10 @@ class HypermodelConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if any(w < 1 for w in self.prior_hidden):
             raise ValueError(f"prior_hidden widths must be >= 1, got {self.prior_hidden!r}")
-        ensemble_plus.check_prior_options(self)
+        ensembling.check_prior_options(self)
         training.check_training_fields(self)
+        # Then the rules every agent shares: field types, finite floats.
+        validation.check_fields(self)
 
 
 class LinearHypermodel(NamedTuple):
@@ -93,7 +95,7 @@ class HypermodelState(NamedTuple):
 
     params: LinearHypermodel  # trained, over an MLP of widths (*hidden, K)
     prior_params: LinearHypermodel  # fixed, never trained, over (*prior_hidden, K); b = 0
-    prior_scale: jax.Array  # float32 scalar, from ensemble_plus.prior_function_scale
+    prior_scale: jax.Array  # float32 scalar, from ensembling.prior_function_scale
 
 
 def _mlp_shapes(input_dim: int, layer_sizes: Sequence[int]) -> list[dict[str, tuple[int, ...]]]:
@@ -204,7 +206,7 @@ def bootstrap_weight_fn(
       ``weights(z [index_dim], ids [n] int) -> [n]``, the weights of the
       training points ``ids`` for index ``z``.
     """
-    ensemble_plus.check_bootstrap(bootstrap)
+    ensembling.check_bootstrap(bootstrap)
     if bootstrap == "none":
         return lambda z, ids: jnp.ones(ids.shape, jnp.float32)
     directions = jax.random.normal(key, (num_train, index_dim))
@@ -225,7 +227,7 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
     Index ``z`` gives ``f(x; a z + b) + s * f_prior(x; a' z)``, where ``a, b``
     are trained from :func:`init_linear_hypermodel`, ``a'`` is the fixed
     draw of :func:`init_prior_hypermodel`, and ``s`` is from
-    :func:`ensemble_plus.prior_function_scale`. At each step the loss is the
+    :func:`ensembling.prior_function_scale`. At each step the loss is the
     bootstrap-weighted cross-entropy averaged over the minibatch and over
     ``num_index_samples`` fresh indices, plus ``lambda / T`` weight decay on
     ``a, b`` (times ``d * sqrt(temperature)`` if adaptive).
@@ -246,7 +248,7 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
         prior_params = init_prior_hypermodel(
             prior_key, prior.input_dim, (*config.prior_hidden, prior.num_classes), index_dim
         )
-        scale = ensemble_plus.prior_function_scale(
+        scale = ensembling.prior_function_scale(
             config.prior_scale, prior.temperature, config.temperature_scaling
         )
         weight_fn = bootstrap_weight_fn(bootstrap_key, config.bootstrap, num_train, index_dim)
@@ -255,7 +257,7 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
         )
         optimizer = training.adam_with_l2(config.learning_rate, decay)
 
-        def loss_fn(params, batch, key):
+        def loss_fn(key, params, batch):
             ids = batch.x  # [batch] ids of the drawn training points
             x = data.x[ids]  # [batch, d]
             # Indices drawn like sample_index's, in one call (quicker to compile than a vmap).

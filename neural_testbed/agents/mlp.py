@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import training
+from neural_testbed.agents import training, validation
 
 __all__ = ["MLPConfig", "make_mlp_agent", "mlp_sweep"]
 
@@ -33,6 +33,8 @@ class MLPConfig:
 
     def __post_init__(self):
         training.check_training_fields(self)
+        # Then the rules every agent shares: field types, finite floats.
+        validation.check_fields(self)
 
 
 def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
@@ -54,7 +56,7 @@ def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
         )
         optimizer = training.adam_with_l2(config.learning_rate, scale)
 
-        def loss_fn(params, batch, key):
+        def loss_fn(key, params, batch):
             del key  # deterministic network
             logits = networks.apply_mlp(params, batch.x)
             return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()

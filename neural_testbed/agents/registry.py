@@ -17,11 +17,14 @@ from typing import Any
 from neural_testbed import base
 from neural_testbed.agents import (
     bbb,
+    deep_kernel,
     dropout,
     ensemble,
     ensemble_plus,
+    epinet,
     hypermodel,
     knn,
+    laplace,
     mlp,
     random_forest,
     sgmcmc,
@@ -120,6 +123,27 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=random_forest.random_forest_sweep,
         make=random_forest.make_random_forest_agent,
         description="scikit-learn's random forest (a host agent), truncated to [0.01, 0.99]",
+    ),
+    "deep_kernel": AgentSpec(
+        config_type=deep_kernel.DeepKernelConfig,
+        default=deep_kernel.DeepKernelConfig(),
+        sweep=deep_kernel.deep_kernel_sweep,
+        make=deep_kernel.make_deep_kernel_agent,
+        description="GP on the logits with a trained MLP's last-layer features as kernel (B.9)",
+    ),
+    "laplace": AgentSpec(
+        config_type=laplace.LaplaceConfig,
+        default=laplace.LaplaceConfig(),
+        sweep=laplace.laplace_sweep,
+        make=laplace.make_laplace_agent,
+        description="mlp with a last-layer Laplace posterior (full GGN), sampled in weight space",
+    ),
+    "epinet": AgentSpec(
+        config_type=epinet.EpinetConfig,
+        default=epinet.EpinetConfig(),
+        sweep=epinet.epinet_sweep,
+        make=epinet.make_epinet_agent,
+        description="MLP plus a small epistemic network of a Gaussian index (Osband et al. 2021)",
     ),
 }
 

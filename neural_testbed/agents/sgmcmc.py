@@ -42,7 +42,7 @@ import jax
 import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import _threefry
+from neural_testbed.agents import _threefry, validation
 
 __all__ = ["SGMCMCConfig", "make_sgmcmc_agent", "run_chain", "sgld", "sgmcmc_sweep"]
 
@@ -76,6 +76,8 @@ class SGMCMCConfig:
         _check_chain_lengths(self.num_steps, self.burn_in, self.snapshot_every)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size!r}")
+        # Then the rules every agent shares: field types, finite floats.
+        validation.check_fields(self)
 
     @property
     def num_snapshots(self) -> int:
@@ -122,8 +124,8 @@ def sgld(
     It is the step size, then the Langevin noise (:func:`optax.add_noise` with
     a constant variance; its state carries the PRNG key, split at each update),
     then the momentum (:func:`optax.trace`). A threefry key is re-typed to the
-    same stream with an unrolled hash, which draws the noise several times
-    faster on CPU (see ``_threefry``).
+    same stream with an unrolled hash, which draws the noise 2.4x faster on
+    CPU, the whole chain 1.8x (measured in ``_threefry``).
 
     Args:
       key: typed PRNG key of the Langevin noise.

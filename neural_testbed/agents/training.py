@@ -14,7 +14,7 @@ from neural_testbed import base
 __all__ = ["adam_with_l2", "check_training_fields", "train_minibatch", "weight_decay_scale"]
 
 Params = Any
-LossFn = Callable[[Params, base.Data, jax.Array], jax.Array]  # (params, batch, key) -> loss
+LossFn = Callable[[jax.Array, Params, base.Data], jax.Array]  # (key, params, batch) -> loss
 
 
 def weight_decay_scale(
@@ -57,7 +57,9 @@ def train_minibatch(
 
     The whole loop is one ``lax.scan``: each step draws ``batch_size`` indices
     into the training set from its own key, so the run is a pure function of
-    ``key`` and compiles once.
+    ``key`` and compiles once. ``loss_fn(key, params, batch)`` is
+    differentiated with respect to ``params``; ``key`` is for its own
+    randomness (dropout masks, weight draws, indices).
 
     Returns:
       The trained parameters and the loss at each step, ``[num_steps]``.
@@ -69,7 +71,7 @@ def train_minibatch(
         batch_key, loss_key = jax.random.split(step_key)
         idx = jax.random.randint(batch_key, (batch_size,), 0, num_train)
         batch = base.Data(x=data.x[idx], y=data.y[idx])
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, loss_key)
+        loss, grads = jax.value_and_grad(loss_fn, argnums=1)(loss_key, params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), loss
 

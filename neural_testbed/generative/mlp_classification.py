@@ -207,10 +207,10 @@ class MLPClassificationProblem:
           >>> data, prior, env = problem.instance()
         """
         template = dataclasses.replace(self, problem_id="", temperature=1.0, seed=0)
-        return _build_jit(template, base.problem_keys(self.key_seed).build, self.build_args())
+        return _build_jit(base.problem_keys(self.key_seed).build, template, self.build_args())
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _build_jit(template: MLPClassificationProblem, key, args) -> base.ProblemInstance:
+@functools.partial(jax.jit, static_argnums=1)
+def _build_jit(key, template: MLPClassificationProblem, args) -> base.ProblemInstance:
     """Compiled once per shape: ``template`` carries only the shape's fields."""
     return template.build(key, args)

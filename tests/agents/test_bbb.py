@@ -110,7 +110,7 @@ def test_weight_samples_have_the_posterior_moments():
     mean = [{"w": jnp.array([[0.5, -1.0]]), "b": jnp.array([2.0])}]
     rho = [{"w": jnp.array([[-1.0, 0.5]]), "b": jnp.array([0.0])}]
     posterior = bbb.Posterior(mean, rho)
-    draws = jax.vmap(lambda k: bbb.sample_weights(posterior, k))(
+    draws = jax.vmap(lambda k: bbb.sample_weights(k, posterior))(
         jax.random.split(jax.random.key(0), 2000))
     for name in ("w", "b"):
         stddev = np.log1p(np.exp(np.asarray(rho[0][name])))
@@ -119,6 +119,7 @@ def test_weight_samples_have_the_posterior_moments():
         np.testing.assert_allclose(samples.std(0), stddev, rtol=0.1)
 
 
+@pytest.mark.slow
 def test_strong_kl_pulls_the_posterior_to_the_prior():
     """With one training pair the KL / T term dominates: after training, the posterior
     stddevs of the hidden layer sit near sigma_1 and the means near 0 (the Gaussian prior),
@@ -127,7 +128,8 @@ def test_strong_kl_pulls_the_posterior_to_the_prior():
                    if p.temperature == 0.5 and p.num_train == 1 and p.seed == 0)
     _, data = leaderboard.load_problem(problem)
     prior = leaderboard.prior_knowledge(problem)
-    config = bbb.BBBConfig(num_steps=1500, learning_rate=1e-2, sigma_1=0.5, adaptive_scale=False)
+    config = bbb.BBBConfig(num_steps=1500, learning_rate=1e-2, sigma_1=0.5,
+                           adaptive_weight_scale=False)
     posterior = jax.jit(bbb.make_bbb_agent(config).train)(jax.random.key(0), data, prior)
     stddev = np.log1p(np.exp(np.asarray(posterior.rho[1]["w"])))
     assert abs(np.median(stddev) - 0.5) < 0.05, np.median(stddev)
@@ -139,7 +141,7 @@ def test_defaults_are_the_references():
     config = bbb.BBBConfig()
     assert (config.hidden, config.learning_rate, config.num_steps, config.batch_size,
             config.num_samples, config.weight_prior, config.sigma_1, config.sigma_2,
-            config.mixture_pi, config.adaptive_scale, config.init_stddev) == (
+            config.mixture_pi, config.adaptive_weight_scale, config.init_stddev) == (
         (50, 50), 3e-3, 10_000, 100, 8, "gaussian", 0.3, 0.75, 1.0, True, 0.01)
 
 
@@ -177,12 +179,13 @@ def test_sweep_mixture_configs_train_against_the_mixture():
     assert {c.hidden for c in sweep} == {(50, 50), (100, 100), (50, 50, 50)}
 
 
+@pytest.mark.slow
 def test_the_prior_changes_the_trained_posterior():
     """Same seeds, same sigma_1: the mixture prior (pi = 0.5, sigma_2 = 0.25) trains to a
     different posterior than the Gaussian one, so the weight_prior field is really used."""
     _, data = leaderboard.load_problem(PROBLEM)
     prior = leaderboard.prior_knowledge(PROBLEM)
-    config = dataclasses.replace(SMALL, sigma_1=1.0, num_steps=50, adaptive_scale=False)
+    config = dataclasses.replace(SMALL, sigma_1=1.0, num_steps=50, adaptive_weight_scale=False)
     mixture = dataclasses.replace(
         config, weight_prior="scale_mixture", sigma_2=0.25, mixture_pi=0.5)
     a = jax.jit(bbb.make_bbb_agent(config).train)(jax.random.key(0), data, prior)

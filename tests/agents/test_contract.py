@@ -17,12 +17,15 @@ import pytest
 from neural_testbed import agents, base, leaderboard
 from neural_testbed.agents import (
     bbb,
+    deep_kernel,
     dropout,
     ensemble,
     ensemble_plus,
+    epinet,
     host,
     hypermodel,
     knn,
+    laplace,
     mlp,
     random_forest,
     sgmcmc,
@@ -31,17 +34,24 @@ from neural_testbed.agents import (
 PROBLEM = next(p for p in leaderboard.get_sweep("paper").values()
                if p.temperature == 0.1 and p.num_train == 10 and p.seed == 0)
 
-# name -> (small config, expected enn.num_indices: None for a continuous index)
+# name -> (small config, expected enn.num_indices: None for a continuous index). Where an
+# agent's own test file trains a small config on this problem's shapes, it is the same
+# config, so the suite compiles that training program once (the compilation cache).
 SMALL = {
     "mlp": (mlp.MLPConfig(num_steps=50), 1),
-    "ensemble": (ensemble.EnsembleConfig(num_ensemble=4, num_steps=50), 4),
-    "ensemble+": (ensemble_plus.EnsemblePlusConfig(num_ensemble=4, num_steps=50), 4),
-    "hypermodel": (hypermodel.HypermodelConfig(num_steps=50, num_index_samples=8), None),
-    "dropout": (dropout.DropoutConfig(dropout_rate=0.3, num_steps=50), None),
-    "bbb": (bbb.BBBConfig(num_steps=50, init_stddev=0.1), None),
-    "sgmcmc": (sgmcmc.SGMCMCConfig(num_steps=300, burn_in=100, snapshot_every=50), 4),
+    "ensemble": (ensemble.EnsembleConfig(num_ensemble=4, num_steps=100), 4),
+    "ensemble+": (ensemble_plus.EnsemblePlusConfig(num_ensemble=4, num_steps=60), 4),
+    "hypermodel": (hypermodel.HypermodelConfig(num_steps=300, num_index_samples=8), None),
+    "epinet": (epinet.EpinetConfig(num_steps=50, index_dim=4, num_index_samples=4), None),
+    "dropout": (dropout.DropoutConfig(dropout_rate=0.3, num_steps=100), None),
+    "bbb": (bbb.BBBConfig(num_steps=100, init_stddev=0.1), None),
+    "sgmcmc": (sgmcmc.SGMCMCConfig(learning_rate=1e-3, num_steps=3000, burn_in=1000,
+                                   snapshot_every=200), 10),
     "knn": (knn.KnnConfig(num_neighbors=5, weighting="distance"), 1),
     "random_forest": (random_forest.RandomForestConfig(num_trees=10), 1),
+    "deep_kernel": (deep_kernel.DeepKernelConfig(num_steps=100, hidden=(16, 6),
+                                                 sigma_squared=0.5), None),
+    "laplace": (laplace.LaplaceConfig(num_steps=100, hidden=(16, 8)), None),
 }
 
 

@@ -75,6 +75,7 @@ def test_weight_decay_follows_gal_or_the_adaptive_formula(temperature):
                                3.0 * 3 * np.sqrt(temperature) / 40, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_trains_under_vmap_with_traced_temperature_and_evaluates():
     """As the runner does: a batch of problems trained with jit(vmap(train)), then evaluated."""
     group = [p for p in PAPER.values() if p.num_train == 10 and p.seed == 0]  # 3 temperatures

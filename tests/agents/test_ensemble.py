@@ -69,6 +69,7 @@ def test_every_member_fits_low_noise_training_data():
         assert np.mean(predicted == np.asarray(data.y)) >= 0.9, index
 
 
+@pytest.mark.slow
 def test_runs_on_a_sweep_through_the_runner():
     """vmap over problems of different temperatures; each distinct member evaluated once."""
     problems = [dataclasses.replace(p, taus=(1,), num_test=20, num_samples=50)

@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 
 from neural_testbed import agents, base, generative, leaderboard, networks
-from neural_testbed.agents import ensemble, ensemble_plus
+from neural_testbed.agents import ensemble, ensemble_plus, ensembling
 
 PAPER = leaderboard.get_sweep("paper")
 # temperature 0.1, T = 10, seed 0
@@ -51,9 +51,9 @@ def test_members_are_the_ensembles_with_the_references_first_bias():
     """Same weights as the ensemble agent's; the first-layer bias, zero there, is a normal cut
     at +-2 stddevs with stddev 1/sqrt(d), as the reference's ensemble+ network draws it."""
     input_dim, num_members, sizes = 10, 100, (50, 50, 2)
-    key = ensemble.split_keys(jax.random.key(7)).init
+    key = ensembling.split_keys(jax.random.key(7)).init
     plus = ensemble_plus.init_trained_members(key, num_members, input_dim, sizes)
-    plain = ensemble.init_members(key, num_members, input_dim, sizes)
+    plain = ensembling.init_members(key, num_members, input_dim, sizes)
     assert not np.any(plain[0]["b"])
     for i, (a, b) in enumerate(zip(plus, plain)):
         np.testing.assert_array_equal(a["w"], b["w"])
@@ -84,14 +84,14 @@ def test_the_agent_trains_from_these_members_and_samples_like_the_ensemble():
     key = jax.random.key(7)
     state = jax.jit(plus.train)(key, data, prior)
     start = ensemble_plus.init_trained_members(
-        ensemble.split_keys(key).init, config.num_ensemble, 2, (50, 50, 2))
+        ensembling.split_keys(key).init, config.num_ensemble, 2, (50, 50, 2))
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(start)):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
     x = jax.random.normal(jax.random.key(8), (20, 2))
     for index in range(config.num_ensemble):
         np.testing.assert_allclose(
             plus.enn.apply(state, x, index),
-            networks.apply_mlp(ensemble.select_member(state.params, index), x), rtol=1e-6)
+            networks.apply_mlp(ensembling.select_member(state.params, index), x), rtol=1e-6)
     plain = ensemble.make_ensemble_agent(ensemble.EnsembleConfig(num_ensemble=SMALL.num_ensemble))
     keys = jax.random.split(jax.random.key(9), 100)
     np.testing.assert_array_equal(jax.vmap(plus.enn.sample_index)(keys),
@@ -110,17 +110,18 @@ def test_prior_functions_are_drawn_like_the_environment_and_never_trained(traine
                            atol=1e-3)
     # Member m's prior is the environment network drawn from the m-th prior key
     # (equal up to float rounding of the fan-in scaling, which XLA may fuse).
-    member_keys = jax.random.split(ensemble.split_keys(jax.random.key(0)).prior, SMALL.num_ensemble)
+    prior_key = ensembling.split_keys(jax.random.key(0)).prior
+    member_keys = jax.random.split(prior_key, SMALL.num_ensemble)
     envs = [generative.sample_environment(k, 1.0) for k in member_keys]
     for index, env in enumerate(envs):
-        member_prior = ensemble.select_member(state.prior_params, index)
+        member_prior = ensembling.select_member(state.prior_params, index)
         for a, b in zip(jax.tree.leaves(member_prior), jax.tree.leaves(env.params)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     # Logits are the trained member plus prior_scale / sqrt(temperature) times the prior.
     np.testing.assert_allclose(state.prior_scale, SMALL.prior_scale / np.sqrt(PROBLEM.temperature),
                                rtol=1e-6)
     x = jax.random.normal(jax.random.key(3), (9, 2))
-    expected = (networks.apply_mlp(ensemble.select_member(state.params, 1), x)
+    expected = (networks.apply_mlp(ensembling.select_member(state.params, 1), x)
                 + state.prior_scale * generative.environment_logits(envs[1], x))
     np.testing.assert_allclose(agent.enn.apply(state, x, 1), expected, rtol=1e-5, atol=1e-4)
 
@@ -128,10 +129,10 @@ def test_prior_functions_are_drawn_like_the_environment_and_never_trained(traine
 def test_prior_scale_follows_the_temperature_scaling():
     for temperature in (0.01, 0.5):
         np.testing.assert_allclose(
-            ensemble_plus.prior_function_scale(3.0, temperature, "sqrt"), 3 / np.sqrt(temperature),
+            ensembling.prior_function_scale(3.0, temperature, "sqrt"), 3 / np.sqrt(temperature),
             rtol=1e-6)
         np.testing.assert_allclose(
-            ensemble_plus.prior_function_scale(3.0, temperature, "linear"), 3 / temperature,
+            ensembling.prior_function_scale(3.0, temperature, "linear"), 3 / temperature,
             rtol=1e-6)
 
 
@@ -172,7 +173,7 @@ def test_a_zero_weight_removes_a_point_from_a_members_loss():
     prior = dataclasses.replace(leaderboard.prior_knowledge(PROBLEM), num_train=num_train)
     config = dataclasses.replace(SMALL, bootstrap="bernoulli", num_steps=30)
     weights = np.asarray(ensemble_plus.bootstrap_weights(
-        ensemble.split_keys(key).bootstrap, "bernoulli", config.num_ensemble, num_train))
+        ensembling.split_keys(key).bootstrap, "bernoulli", config.num_ensemble, num_train))
     point = next(j for j in range(num_train) if 0 < weights[:, j].sum() < 2 * config.num_ensemble)
     flipped = base.Data(x=data.x, y=data.y.at[point].set(1 - data.y[point]))
     train = jax.jit(ensemble_plus.make_ensemble_plus_agent(config).train)
@@ -183,6 +184,7 @@ def test_a_zero_weight_removes_a_point_from_a_members_loss():
         assert same == (weights[member, point] == 0), (member, weights[:, point])
 
 
+@pytest.mark.slow
 def test_members_disagree_more_off_the_data_than_a_plain_ensemble():
     """Paper Figure 5: T = 10, temperature 0.1, seeds 0-2, 10 members each.
 

@@ -249,6 +249,7 @@ def test_no_bootstrap_is_all_ones_and_unknown_is_rejected():
         hypermodel.bootstrap_weight_fn(jax.random.key(0), "poisson", 5, 3)
 
 
+@pytest.mark.slow
 def test_runs_on_a_sweep_through_the_runner():
     """vmap over problems of different temperatures; M sampled Gaussian indices."""
     problems = [dataclasses.replace(p, taus=(1,), num_test=20, num_samples=50)

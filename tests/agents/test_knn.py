@@ -82,6 +82,7 @@ def test_sweep_is_the_papers_grid():
     assert {c.num_neighbors for c in sweep} == {1, 5, 10, 30, 50, 100}
 
 
+@pytest.mark.slow
 def test_runs_through_the_runner_with_the_product_of_marginals():
     """One model: its d_KL^100 is finite and at least its d_KL^1 (it cannot model joints)."""
     problems = [p for p in leaderboard.get_sweep("smoke").values()][:2]

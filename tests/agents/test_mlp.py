@@ -18,6 +18,7 @@ def _problems(temperature, num_trains, seeds, taus=(1,)):
     ]
 
 
+@pytest.mark.slow
 def test_kl_falls_as_training_data_grows():
     """Temperature 0.1, seeds 0-3: mean tau=1 KL strictly decreases over T = 10, 100, 1000."""
     rows = leaderboard.run_agent(
@@ -26,6 +27,7 @@ def test_kl_falls_as_training_data_grows():
     assert mean_kl[10] > mean_kl[100] > mean_kl[1000], mean_kl
 
 
+@pytest.mark.slow
 def test_accurate_on_plenty_of_low_noise_data():
     rows = leaderboard.run_agent(
         agents.make_mlp_agent(), _problems(0.01, (1000,), range(3)), "mlp", progress=False)

@@ -2,9 +2,12 @@
 
 import importlib.metadata
 import pathlib
+import sys
+import types
 
 import pytest
 
+from neural_testbed import agents
 from neural_testbed.agents import plugins, registry
 
 TOY = pathlib.Path(__file__).parents[1] / "leaderboard" / "toy_agent.py"
@@ -12,8 +15,17 @@ TOY = pathlib.Path(__file__).parents[1] / "leaderboard" / "toy_agent.py"
 
 @pytest.fixture
 def fresh_registry(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "AGENTS", registry._REGISTRY)
+    """For one test: a registry of the built-in agents only, and toy_agent not yet imported
+    (an imported module is not executed again, so it would not register again)."""
+    fresh = {n: s for n, s in registry._REGISTRY.items() if n in registry._BUILT_IN}
+    monkeypatch.setattr(registry, "_REGISTRY", fresh)
+    monkeypatch.setattr(registry, "AGENTS", types.MappingProxyType(fresh))
+    monkeypatch.setattr(agents, "AGENTS", registry.AGENTS)
+    saved = sys.modules.pop("toy_agent", None)
+    yield
+    sys.modules.pop("toy_agent", None)
+    if saved is not None:
+        sys.modules["toy_agent"] = saved
 
 
 def test_entry_point_registers_its_spec_under_its_name(fresh_registry, monkeypatch):

@@ -42,6 +42,7 @@ def test_sweep_is_the_papers_grid():
         (n, c) for n in (10, 100, 1000) for c in ("gini", "entropy")}
 
 
+@pytest.mark.slow
 def test_runs_through_the_runner():
     problems = list(leaderboard.get_sweep("smoke").values())[:2]
     config = agents.RandomForestConfig(num_trees=10)

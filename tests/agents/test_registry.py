@@ -29,6 +29,19 @@ def test_register_adds_a_user_agent_and_refuses_to_overwrite(monkeypatch):
         agents.register("my_mlp", spec)
 
 
+def test_unregister_removes_a_user_agent_but_never_a_built_in(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    spec = agents.get_agent("mlp")
+    agents.register("my_mlp", spec)
+    assert agents.unregister("my_mlp") is spec
+    assert "my_mlp" not in registry._REGISTRY
+    with pytest.raises(ValueError, match="no agent named 'my_mlp' is registered"):
+        agents.unregister("my_mlp")
+    with pytest.raises(ValueError, match="'mlp' is a built-in agent"):
+        agents.unregister("mlp")
+    assert "mlp" in registry._REGISTRY
+
+
 def test_unknown_agent_names_the_known_ones():
     with pytest.raises(ValueError, match="unknown agent 'nope'; registered agents: .*mlp"):
         agents.get_agent("nope")

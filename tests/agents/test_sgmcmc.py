@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from neural_testbed import agents, base, generative, leaderboard
-from neural_testbed.agents import _threefry, sgmcmc
+from neural_testbed.agents import sgmcmc
 from neural_testbed.likelihood import kl
 
 PAPER = leaderboard.get_sweep("paper")
@@ -39,28 +39,6 @@ def _effective_sample_size(chains: np.ndarray) -> float:
             break
         tau += 2 * rho
     return x.size / tau
-
-
-@pytest.mark.parametrize("shape", [(), (3, 7), (2852,)])
-def test_fast_key_draws_exactly_the_default_threefry_numbers(shape):
-    """The unrolled hash behind the chain's noise gives the same bits as JAX's threefry."""
-    key = jax.random.key(42)
-    fast = _threefry.fast_key(key)
-    assert jax.random.key_impl(fast) != jax.random.key_impl(key)
-    draws = [lambda k: jax.random.normal(k, shape), lambda k: jax.random.bits(k, shape),
-             lambda k: jax.random.bernoulli(k, 0.3, shape),
-             lambda k: jax.random.randint(k, shape, 0, 17),
-             lambda k: jax.random.bits(k, shape, jnp.uint8)]
-    for draw in draws:
-        np.testing.assert_array_equal(draw(key), draw(fast))
-    np.testing.assert_array_equal(jax.jit(draws[0])(key), jax.jit(draws[0])(fast))
-    with jax.enable_x64(True):  # 64-bit draws exist only in this mode
-        np.testing.assert_array_equal(jax.random.bits(key, shape, jnp.uint64),
-                                      jax.random.bits(fast, shape, jnp.uint64))
-    np.testing.assert_array_equal(jax.random.key_data(jax.random.split(key, 3)),
-                                  jax.random.key_data(jax.random.split(fast, 3)))
-    np.testing.assert_array_equal(jax.random.key_data(jax.random.fold_in(key, 7)),
-                                  jax.random.key_data(jax.random.fold_in(fast, 7)))
 
 
 def test_sgld_noise_has_the_langevin_variance_and_a_typed_key():
@@ -221,6 +199,7 @@ def test_sample_index_is_uniform_over_snapshots(trained):
     assert np.all(np.abs(counts - 1000) < 4 * math.sqrt(10_000 * 0.1 * 0.9)), counts
 
 
+@pytest.mark.slow
 def test_trains_under_vmap_with_minibatches_and_evaluates():
     """As the runner does: 3 temperatures trained together with jit(vmap(train)), here with
     minibatches of 4 from the 10 pairs, then evaluated through the member-counting path."""

@@ -27,6 +27,7 @@ def test_the_readme_shows_the_example_as_it_is():
     assert body in (ROOT / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_runs_through_the_runner_with_fresh_networks_per_belief_sample(module):
     config = module.TorchDropoutConfig(num_steps=50)
     problems = list(leaderboard.get_sweep("smoke").values())[:1]

@@ -142,10 +142,11 @@ def test_belief_samples_differ_between_test_samples():
 def test_chunk_size_does_not_change_the_estimate(monkeypatch, counted):
     enn = _three_member_enn(3 if counted else None)
     key, test = jax.random.key(2), _test(jax.random.key(3), 100, num_test=8)
-    whole = likelihood.make_evaluator(enn, 100, 2, num_test=8, num_samples=50)(key, ENV, test)
+    evaluate = lambda: jax.jit(likelihood.make_evaluator(enn, 100, 2, num_test=8, num_samples=50))
+    whole = evaluate()(key, ENV, test)
     rows = (3 if counted else 50) * 100 * 2  # 2 test samples per chunk
-    monkeypatch.setattr(kl_lib, "_MAX_ROWS_PER_CHUNK", rows)
-    chunked = likelihood.make_evaluator(enn, 100, 2, num_test=8, num_samples=50)(key, ENV, test)
+    monkeypatch.setattr(kl_lib, "_MAX_ROWS_PER_CHUNK", rows)  # read by make_evaluator
+    chunked = evaluate()(key, ENV, test)
     np.testing.assert_allclose(whole.kl, chunked.kl, rtol=1e-5)
     np.testing.assert_allclose(whole.ece, chunked.ece, rtol=1e-5)
 
