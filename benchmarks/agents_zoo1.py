@@ -1,7 +1,7 @@
 """Speed of the ensemble, ensemble+ and hypermodel agents on the paper's problems.
 
 Not a test. For each default agent and each T of the ``paper`` sweep, it runs
-``leaderboard.run_agent`` with ``batch_size=1`` on a few problems of that T
+``leaderboard.run_agent`` with ``problems_per_batch=1`` on a few problems of that T
 (temperature 0.1, seeds 0, 1, ...) and reports seconds per problem: train,
 evaluate at tau = 1, evaluate at tau = 100. The first problem of each T pays
 for compilation and is reported apart ("cold"); the medians are over the
@@ -50,7 +50,7 @@ def time_per_problem(name: str, num_train: int, count: int):
     """(cold, warm medians) of (train, eval tau=1, eval tau=100) seconds for one T."""
     spec = agents.get_agent(name)
     rows = leaderboard.run_agent(spec.make(spec.default), _problems(num_train, count), name,
-                                 batch_size=1, progress=False)
+                                 problems_per_batch=1, progress=False)
     failed = [r for r in rows if r.status != "ok"]
     if failed:
         raise RuntimeError(f"{name} failed: {failed[0].error}")

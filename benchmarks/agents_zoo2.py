@@ -137,7 +137,7 @@ def main() -> None:
                         help="time training only (evaluation runs problem by problem anyway, "
                              "so its time per problem does not depend on --batch)")
     parser.add_argument("--run-agent", action="store_true",
-                        help="also time leaderboard.run_agent(batch_size=1) on one problem per T, "
+                        help="also time leaderboard.run_agent(problems_per_batch=1) on one problem per T, "
                              "compilation included")
     args = parser.parse_args()
 
@@ -191,7 +191,7 @@ def main() -> None:
                 problem = _problems(num_train, 1)
                 start = time.perf_counter()
                 rows = leaderboard.run_agent(spec.make(spec.default), problem, name,
-                                             batch_size=1, progress=False)
+                                             problems_per_batch=1, progress=False)
                 wall = time.perf_counter() - start
                 print(f"run_agent {name} T={num_train}: {wall:.1f} s wall for one problem "
                       f"(compilation included); rows: "

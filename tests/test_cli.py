@@ -154,7 +154,7 @@ def _one_error_line(capsys, *fragments):
     [(["--seed", "-1"], ["--seed", "from 0 to 4294967295, got -1"]),
      (["--seed", str(2**32)], ["--seed", "got 4294967296"]),
      (["--workers", "0"], ["--workers", "integer >= 1, got 0"]),
-     (["--batch-size", "0"], ["--batch-size", "integer >= 1, got 0"]),
+     (["--problems-per-batch", "0"], ["--problems-per-batch", "integer >= 1, got 0"]),
      (["--set", "l2_weight_decay=inf"], ["l2_weight_decay must be a finite number, got inf"]),
      (["--set", "hidden=50,0"], ["hidden must be one or more widths >= 1"])],
 )

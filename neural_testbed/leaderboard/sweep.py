@@ -52,7 +52,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def check_options(
     *,
     agent_seed: int = 0,
-    batch_size: int | None = None,
+    problems_per_batch: int | None = None,
     workers: int = 1,
     backend: str = "local",
     estimator: str = "auto",
@@ -69,8 +69,10 @@ def check_options(
     if not is_int(agent_seed) or not 0 <= agent_seed <= MAX_AGENT_SEED:
         raise ValueError(f"agent seed (--seed) must be an integer from 0 to {MAX_AGENT_SEED}, "
                          f"got {agent_seed!r}")
-    if batch_size is not None and (not is_int(batch_size) or batch_size < 1):
-        raise ValueError(f"batch size (--batch-size) must be an integer >= 1, got {batch_size!r}")
+    if problems_per_batch is not None and (
+            not is_int(problems_per_batch) or problems_per_batch < 1):
+        raise ValueError("problems per batch (--problems-per-batch) must be an integer >= 1, "
+                         f"got {problems_per_batch!r}")
     if not is_int(workers) or workers < 1:
         raise ValueError(f"workers (--workers) must be an integer >= 1, got {workers!r}")
     if backend not in executors.BACKENDS:
@@ -88,7 +90,7 @@ def plan_units(
     *,
     agent_seed: int = 0,
     estimator: str = "auto",
-    batch_size: int | None = None,
+    problems_per_batch: int | None = None,
     recompute: bool = False,
     retry_failed: bool = False,
     shard: tuple[int, int] = (1, 1),
@@ -96,13 +98,14 @@ def plan_units(
     """The work units still to run, and how many rows the store already holds.
 
     Units are cut from the whole sweep (per config, per problem shape, chunks
-    of ``batch_size``) before anything is skipped, so a unit is the same batch
+    of ``problems_per_batch``) before anything is skipped, so a unit is the same batch
     whichever backend, worker count or shard runs it, and gives the same
     numbers. Shard ``(i, n)`` keeps the units whose position is ``i - 1``
     modulo ``n``. Problems already stored are then dropped from their unit
     (``store=None``: nothing is stored yet).
     """
-    check_options(agent_seed=agent_seed, batch_size=batch_size, estimator=estimator)
+    check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch,
+                  estimator=estimator)
     for config in configs:  # user agents' configs obey the same field rules as built-ins
         if dataclasses.is_dataclass(config) and not isinstance(config, type):
             validation.check_fields(config)
@@ -117,7 +120,7 @@ def plan_units(
         for p in problems:
             groups.setdefault(p.shape, []).append(p)
         for group in groups.values():
-            size = batch_size or len(group)
+            size = problems_per_batch or len(group)
             for start in range(0, len(group), size):
                 batch, position = group[start:start + size], position + 1
                 if (position - 1) % num_shards != shard_index - 1:
@@ -152,7 +155,7 @@ def run_agent(
     *,
     config: Any = None,
     agent_seed: int = 0,
-    batch_size: int | None = None,
+    problems_per_batch: int | None = None,
     estimator: kl.Estimator = "auto",
     progress: bool = True,
     on_rows: Callable[[list[base.ProblemResult]], None] | None = None,
@@ -168,7 +171,7 @@ def run_agent(
       agent_name: recorded in each row.
       config: the agent's config, recorded (hashed) in each row; None if it has none.
       agent_seed: folded into each problem's agent key.
-      batch_size: problems of one shape trained together; ``None`` = all of
+      problems_per_batch: problems of one shape trained together; ``None`` = all of
         them (fastest; a smaller batch shows progress more often and uses
         less memory while training).
       estimator: ``"auto"``, ``"monte_carlo"`` or ``"partition"``.
@@ -187,7 +190,7 @@ def run_agent(
     """
     problems = list(problems)
     units, _ = plan_units(agent_name, [config], problems, None, agent_seed=agent_seed,
-                          estimator=estimator, batch_size=batch_size)
+                          estimator=estimator, problems_per_batch=problems_per_batch)
     results: list[base.ProblemResult] = []
     total = sum(len(u.problems) for u in units)
     for _, rows in _progress(executors.execute(units, agent=agent), total, agent_name, progress):
@@ -206,7 +209,7 @@ def run_sweep(
     *,
     agent_seed: int = 0,
     estimator: str = "auto",
-    batch_size: int | None = None,
+    problems_per_batch: int | None = None,
     recompute: bool = False,
     retry_failed: bool = False,
     shard: tuple[int, int] = (1, 1),
@@ -226,7 +229,7 @@ def run_sweep(
         skipped.
       agent_seed: folded into every problem's agent key.
       estimator: the likelihood estimator setting.
-      batch_size: problems of one shape per work unit (None = all of them).
+      problems_per_batch: problems of one shape per work unit (None = all of them).
       recompute: recompute and replace rows already in the store.
       retry_failed: recompute the rows stored as failed (and missing ones).
       shard: ``(i, n)``: run only the i-th of n deterministic shares of the units.
@@ -240,11 +243,12 @@ def run_sweep(
       Counts of computed, reused and failed rows.
     """
     registry.get_agent(agent_name)
-    check_options(agent_seed=agent_seed, batch_size=batch_size, workers=workers, backend=backend,
-                  estimator=estimator)
+    check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch, workers=workers,
+                  backend=backend, estimator=estimator)
     units, reused = plan_units(
         agent_name, configs, list(problems), store, agent_seed=agent_seed, estimator=estimator,
-        batch_size=batch_size, recompute=recompute, retry_failed=retry_failed, shard=shard)
+        problems_per_batch=problems_per_batch, recompute=recompute, retry_failed=retry_failed,
+        shard=shard)
     summary = SweepSummary(reused=reused)
     total = sum(len(u.problems) for u in units)
     executed = executors.execute(units, backend, workers, address, imports)

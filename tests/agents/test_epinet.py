@@ -38,6 +38,7 @@ def trained():
     batched = jax.tree.map(lambda a: jnp.broadcast_to(a, (num, *a.shape)), data)
     keys = jax.random.split(jax.random.key(0), num)
     states = jax.jit(jax.vmap(agent.train))(keys, batched, priors)
+    states = jax.device_get(states)  # NumPy slices: no per-leaf indexing program each
     return agent, [jax.tree.map(lambda a: a[i], states) for i in range(num)]
 
 
@@ -53,13 +54,11 @@ def test_with_epinet_and_priors_zeroed_it_is_the_base_network(trained):
     _, states = trained
     x = jax.random.normal(jax.random.key(1), (30, 2))
     zs = jnp.concatenate([_indices(2, 5), 10.0 * _indices(3, 2)])  # large indices too
+    zero = lambda tree: jax.tree.map(jnp.zeros_like, tree)
     for state in states:
-        zeroed = state._replace(
-            epinet=jax.tree.map(jnp.zeros_like, state.epinet),
-            prior_epinet=jax.tree.map(jnp.zeros_like, state.prior_epinet),
-            prior_members=jax.tree.map(jnp.zeros_like, state.prior_members),
-        )
-        expected = networks.apply_mlp(state.base, x)
+        zeroed = state._replace(epinet=zero(state.epinet), prior_epinet=zero(state.prior_epinet),
+                                prior_members=zero(state.prior_members))
+        expected = jax.jit(networks.apply_mlp)(state.base, x)
         for z in zs:
             # Adding exact zeros: equal up to float32 rounding of the base's own ops.
             np.testing.assert_allclose(_apply(zeroed, x, z), expected,

@@ -28,7 +28,7 @@ def trained():
 
 
 def _indices(agent, seed, n):
-    return jax.vmap(agent.enn.sample_index)(jax.random.split(jax.random.key(seed), n))
+    return jax.jit(jax.vmap(agent.enn.sample_index))(jax.random.split(jax.random.key(seed), n))
 
 
 def test_same_seed_same_networks_and_different_indices_differ(trained):
@@ -36,9 +36,10 @@ def test_same_seed_same_networks_and_different_indices_differ(trained):
     again = train(jax.random.key(0), data, prior)
     x = jax.random.normal(jax.random.key(2), (50, 2))
     zs = _indices(agent, 3, 4)
-    logits = [np.asarray(agent.enn.apply(state, x, z)) for z in zs]
+    apply = jax.jit(agent.enn.apply)  # called eagerly, every primitive compiles on its own
+    logits = [np.asarray(apply(state, x, z)) for z in zs]
     for i, z in enumerate(zs):
-        np.testing.assert_array_equal(logits[i], agent.enn.apply(again, x, z))
+        np.testing.assert_array_equal(logits[i], apply(again, x, z))
         for j in range(i):
             assert np.abs(logits[i] - logits[j]).max() > 1e-2, (i, j)
 
@@ -73,7 +74,7 @@ def _variance_tolerance(variance, n, num_stderr=5):
 
 def _sample_indices(n, index_dim, seed):
     keys = jax.random.split(jax.random.key(seed), n)
-    return jax.vmap(lambda key: hypermodel.sample_index(key, index_dim))(keys)
+    return jax.jit(jax.vmap(lambda key: hypermodel.sample_index(key, index_dim)))(keys)
 
 
 def test_trained_hypermodel_starts_like_the_references():
@@ -128,7 +129,8 @@ def test_layer_index_slices_are_the_references():
 @pytest.mark.parametrize("index_dim, prior_hidden", [(5, (10,)), (5, (10, 10)), (1, (10,))])
 def test_prior_hypermodel_layers_use_their_index_slice_and_unit_directions(index_dim,
                                                                            prior_hidden):
-    prior = hypermodel.init_prior_hypermodel(jax.random.key(8), 2, (*prior_hidden, 2), index_dim)
+    prior = jax.jit(hypermodel.init_prior_hypermodel, static_argnums=(1, 2, 3))(
+        jax.random.key(8), 2, (*prior_hidden, 2), index_dim)
     slices = hypermodel.layer_index_slices(index_dim, len(prior_hidden) + 1)
     assert all(not np.any(b) for b in jax.tree.leaves(prior.b))  # no offset
     for layer, coords in zip(prior.a, slices):
@@ -139,12 +141,14 @@ def test_prior_hypermodel_layers_use_their_index_slice_and_unit_directions(index
             assert not np.any(coefs[..., outside])
             np.testing.assert_allclose(np.linalg.norm(coefs, axis=-1), norm, rtol=1e-5)
     # Moving the index outside a layer's slice leaves that layer's parameters unchanged.
-    z = _sample_indices(1, index_dim, 9)[0]
+    z = np.asarray(_sample_indices(1, index_dim, 9)[0])
+    generate = jax.jit(hypermodel.generate_params)
     for i, coords in enumerate(slices):
-        moved = z.at[np.setdiff1d(np.arange(index_dim), coords)].add(1.0)
+        moved = z.copy()
+        moved[np.setdiff1d(np.arange(index_dim), coords)] += 1.0
         for name in ("w", "b"):
-            np.testing.assert_array_equal(hypermodel.generate_params(prior, z)[i][name],
-                                          hypermodel.generate_params(prior, moved)[i][name])
+            np.testing.assert_array_equal(generate(prior, z)[i][name],
+                                          generate(prior, moved)[i][name])
 
 
 def test_prior_weights_and_biases_have_the_references_variance_and_an_output_bias():
@@ -221,10 +225,10 @@ def test_bootstrap_weights_have_the_stated_distribution(bootstrap, index_dim):
     """For each training point, its weights over i.i.d. indices are i.i.d. draws."""
     n, num_train = 4000, 30
     weight_fn = hypermodel.bootstrap_weight_fn(jax.random.key(9), bootstrap, num_train, index_dim)
-    zs = jax.vmap(lambda key: hypermodel.sample_index(key, index_dim))(
+    zs = jax.jit(jax.vmap(lambda key: hypermodel.sample_index(key, index_dim)))(
         jax.random.split(jax.random.key(10), n))
     ids = jnp.arange(num_train)
-    weights = np.asarray(jax.vmap(weight_fn, in_axes=(0, None))(zs, ids))  # [index, point]
+    weights = np.asarray(jax.jit(jax.vmap(weight_fn, in_axes=(0, None)))(zs, ids))  # [z, point]
     assert weights.shape == (n, num_train) and weights.dtype == np.float32
     # Exp(1) and 2 * Bernoulli(1/2) have mean 1 and variance 1: each point's mean
     # over n indices is within 4 standard errors (1 / sqrt(n)) of 1.
@@ -236,7 +240,7 @@ def test_bootstrap_weights_have_the_stated_distribution(bootstrap, index_dim):
     else:
         assert set(np.unique(weights)) == {0.0, 2.0}
     # A function of the index: the same index gives the same weights.
-    np.testing.assert_array_equal(weight_fn(zs[0], ids), weights[0])
+    np.testing.assert_array_equal(jax.jit(weight_fn)(zs[0], ids), weights[0])
     # Different across indices and across points.
     assert not np.array_equal(weights[0], weights[1])
     assert not np.array_equal(weights[:, 0], weights[:, 1])

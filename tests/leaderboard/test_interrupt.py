@@ -23,7 +23,7 @@ from neural_testbed import leaderboard
 pytestmark = pytest.mark.slow
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-RUN = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=100", "--batch-size", "1"]
+RUN = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=100", "--problems-per-batch", "1"]
 TOTAL_ROWS = 4 * 2  # problems x taus
 INTERRUPTED = ("neural-testbed: interrupted; everything computed so far is in the store, "
                "rerun the same command to continue")

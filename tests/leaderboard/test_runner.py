@@ -39,7 +39,7 @@ def test_compilation_is_timed_apart_and_paid_once_per_shape():
     problems = _small(["classification_2d/90", "classification_2d/91",
                        "classification_2d/160", "classification_2d/161"])
     rows = leaderboard.run_agent(agents.make_mlp_agent(agents.MLPConfig(num_steps=20)),
-                                 problems, "mlp", progress=False, batch_size=2)
+                                 problems, "mlp", progress=False, problems_per_batch=2)
     first, second = rows[:4], rows[4:]
     assert all(r.compile_seconds > 0 for r in first)
     assert all(r.compile_seconds == 0 for r in second)
@@ -50,7 +50,7 @@ def test_compilation_is_timed_apart_and_paid_once_per_shape():
 def test_batched_training_gives_the_numbers_of_one_problem_at_a_time():
     problems = _small(["classification_2d/90", "classification_2d/91", "classification_2d/92"])
     together = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False)
-    alone = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, batch_size=2)
+    alone = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, problems_per_batch=2)
     for a, b in zip(together, alone):
         assert (a.problem_id, a.tau) == (b.problem_id, b.tau)
         np.testing.assert_allclose(a.kl, b.kl, rtol=1e-4, atol=1e-6)
@@ -132,6 +132,6 @@ def test_problems_of_one_shape_compile_once():
     agent = base.Agent(train, inner.enn._replace(apply=apply))
     problems = _small(["classification_2d/90", "classification_2d/91",
                        "classification_2d/160", "classification_2d/161"])
-    leaderboard.run_agent(agent, problems, "mlp", progress=False, batch_size=2)
+    leaderboard.run_agent(agent, problems, "mlp", progress=False, problems_per_batch=2)
     assert traces["train"] == 1
     assert traces["apply"] == 2 * 2  # 2 taus x (shape check + trace)

@@ -13,7 +13,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOY = str(pathlib.Path(__file__).with_name("toy_agent.py"))
-SWEEP = ["sweep", "--agent", "toy", "--import", TOY, "--sweep", "smoke", "--batch-size", "1",
+SWEEP = ["sweep", "--agent", "toy", "--import", TOY, "--sweep", "smoke", "--problems-per-batch", "1",
          "--quiet"]
 TOTAL_ROWS = 2 * 4 * 2  # configs x problems x taus
 COMPARED = ("agent", "config_hash", "problem_id", "tau", "kl", "kl_stderr", "accuracy", "ece",

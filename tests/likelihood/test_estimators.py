@@ -9,6 +9,11 @@ import pytest
 
 from neural_testbed import likelihood
 
+# Jitted once here: called eagerly, every primitive of the estimators compiles on its own.
+_monte_carlo = jax.jit(likelihood.monte_carlo_log_likelihood)
+_partition = jax.jit(likelihood.partition_log_likelihood,
+                     static_argnames=("num_hyperplanes", "numerics", "num_samples"))
+
 
 def _log_probs_from_p1(p1):
     """[members, tau] probability of class 1 -> [members, tau, 2] log-probs (float64 exact)."""
@@ -50,12 +55,12 @@ def test_coin_example_matches_closed_form(estimator, labels):
     # Agent B: M draws of a Bernoulli(2/3) coin type.
     log_probs_b, log_weights_b = _coin_b_members(jax.random.key(7), tau)
     if estimator == "monte_carlo":
-        est_a = likelihood.monte_carlo_log_likelihood(log_probs_a, y, jnp.zeros(1))
-        est_b = likelihood.monte_carlo_log_likelihood(log_probs_b, y, log_weights_b)
+        est_a = _monte_carlo(log_probs_a, y, jnp.zeros(1))
+        est_b = _monte_carlo(log_probs_b, y, log_weights_b)
     else:
         key = jax.random.key(3)
-        est_a = likelihood.partition_log_likelihood(key, log_probs_a, y, jnp.zeros(1))
-        est_b = likelihood.partition_log_likelihood(key, log_probs_b, y, log_weights_b)
+        est_a = _partition(key, log_probs_a, y, jnp.zeros(1))
+        est_b = _partition(key, log_probs_b, y, log_weights_b)
     h = sum(labels)
     exact_a = h * np.log(2 / 3) + (tau - h) * np.log(1 / 3)
     np.testing.assert_allclose(est_a, exact_a, rtol=1e-5)
@@ -75,15 +80,15 @@ def test_coin_example_joint_likelihoods_differ_at_tau_10():
     log_probs_a = _log_probs_from_p1(np.full((1, 1), 2 / 3))
     log_probs_b, log_weights_b = _coin_b_members(jax.random.key(7), 1)
     y = jnp.array([1])
-    marg_a = likelihood.monte_carlo_log_likelihood(log_probs_a, y, jnp.zeros(1))
-    marg_b = likelihood.monte_carlo_log_likelihood(log_probs_b, y, log_weights_b)
+    marg_a = _monte_carlo(log_probs_a, y, jnp.zeros(1))
+    marg_b = _monte_carlo(log_probs_b, y, log_weights_b)
     # tau = 1: B's estimate is the heads fraction of M draws; 4 standard errors of it.
     assert abs(np.exp(marg_b) - np.exp(marg_a)) < 4 * np.sqrt(2 / 9 / NUM_SAMPLES)
     y10 = jnp.ones(10, jnp.int32)
-    joint_a = likelihood.monte_carlo_log_likelihood(
+    joint_a = _monte_carlo(
         _log_probs_from_p1(np.full((1, 10), 2 / 3)), y10, jnp.zeros(1))
     log_probs_b10, _ = _coin_b_members(jax.random.key(7), 10)
-    joint_b = likelihood.monte_carlo_log_likelihood(log_probs_b10, y10, log_weights_b)
+    joint_b = _monte_carlo(log_probs_b10, y10, log_weights_b)
     assert joint_b - joint_a > 3.0  # log(2/3) vs 10 log(2/3)
 
 
@@ -110,9 +115,9 @@ def test_finite_ensemble_agrees_with_enumerated_mixture(estimator):
         log_weights = jnp.log(jnp.asarray(counts / NUM_SAMPLES, jnp.float32))
         exact, per_member = _exact_mixture(labels, np.full(3, 1 / 3))
         if estimator == "monte_carlo":
-            est = likelihood.monte_carlo_log_likelihood(log_probs, y, log_weights)
+            est = _monte_carlo(log_probs, y, log_weights)
         else:
-            est = likelihood.partition_log_likelihood(jax.random.key(1), log_probs, y, log_weights)
+            est = _partition(jax.random.key(1), log_probs, y, log_weights)
         # Standard error of the mean of M i.i.d. draws of prod_t p_{m,t,y_t}, m uniform.
         se = np.std(per_member) / np.sqrt(NUM_SAMPLES)
         assert abs(np.exp(float(est)) - np.exp(exact)) < 4 * se + 1e-6, labels
@@ -131,7 +136,7 @@ def test_partition_is_exact_when_every_member_has_its_own_cell():
         distinct_keys += 1
         for labels in itertools.product([0, 1], repeat=3):
             exact, _ = _exact_mixture(labels, weights)
-            est = likelihood.partition_log_likelihood(
+            est = _partition(
                 key, log_probs, jnp.array(labels, jnp.int32), log_weights)
             np.testing.assert_allclose(float(est), exact, rtol=1e-5, atol=1e-6)
     assert distinct_keys >= 10  # the check above really ran
@@ -143,7 +148,7 @@ def test_partition_merges_members_in_one_cell_by_averaging():
     y = jnp.array([1, 1])
     cells = likelihood.partition_cells(jax.random.key(0), log_probs)
     assert cells[0] == cells[1]
-    est = likelihood.partition_log_likelihood(jax.random.key(0), log_probs, y, jnp.log(jnp.array([0.5, 0.5])))
+    est = _partition(jax.random.key(0), log_probs, y, jnp.log(jnp.array([0.5, 0.5])))
     np.testing.assert_allclose(float(est), 2 * np.log(0.605), rtol=1e-5)
 
 
@@ -152,8 +157,8 @@ def test_estimates_stay_finite_for_confident_members():
     log_p = jnp.array([[[-200.0, 0.0]] * 100, [[-1.0, -0.4587]] * 100])  # [2, tau=100, 2]
     y = jnp.zeros(100, jnp.int32)
     log_w = jnp.log(jnp.array([0.5, 0.5]))
-    mc = likelihood.monte_carlo_log_likelihood(log_p, y, log_w)
-    part = likelihood.partition_log_likelihood(jax.random.key(0), log_p, y, log_w)
+    mc = _monte_carlo(log_p, y, log_w)
+    part = _partition(jax.random.key(0), log_p, y, log_w)
     np.testing.assert_allclose(float(mc), np.log(0.5) - 100.0, rtol=1e-5)
     assert np.isfinite(float(part))
 
@@ -211,7 +216,7 @@ def test_partition_is_finite_and_exact_for_large_gaps_between_members(gap, numer
         key = jax.random.key(seed)
         cells = np.asarray(likelihood.partition_cells(key, log_probs))
         split += len(set(cells)) == 2
-        est = likelihood.partition_log_likelihood(key, log_probs, y, log_w, numerics=numerics)
+        est = _partition(key, log_probs, y, log_w, numerics=numerics)
         expected = _algorithm4_in_float64(cells, log_probs[..., 0], log_w, numerics)
         assert np.isfinite(float(est))
         # float32 log-probabilities summed over tau inputs: rounding of ~1e-7 relative each.
