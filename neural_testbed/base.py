@@ -174,10 +174,17 @@ class Problem(Protocol):
     taus: tuple[int, ...]  # joint sizes it is evaluated at
     num_test: int  # N, test tau-samples per tau
     num_samples: int  # M, belief samples per test tau-sample
+    num_hyperplanes: int  # Algorithm 4's d
 
     @property
     def metric(self) -> Metric:
         """``"kl"`` where ``sample_test`` gives exact log-likelihoods, else ``"nll"``."""
+        ...
+
+    @property
+    def stratum(self) -> tuple[Hashable, int]:
+        """The fixed stratum of the problem (e.g. (temperature, T)): standard errors are
+        stratified by it, and ``per-setting`` tuning picks a config per stratum."""
         ...
 
     @property

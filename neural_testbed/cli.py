@@ -6,13 +6,15 @@ import argparse
 import json
 import logging
 import os
+import pathlib
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neural_testbed import memory
+from neural_testbed import generative, memory
 from neural_testbed.agents import plugins, registry
+from neural_testbed.leaderboard import correlation
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
 from neural_testbed.leaderboard import store as store_lib
@@ -38,7 +40,16 @@ def _parser() -> argparse.ArgumentParser:
     sweep_choice.add_argument(
         "--sweep", default="quick", choices=list(problems_lib.SWEEPS),
         help="problem sweep: 'quick' (18 problems, about a minute for mlp), 'paper' (the "
-             "paper's 210 problems) or 'smoke' (4 problems, for checks); default: quick")
+             "paper's 210 problems), 'smoke' (4 problems, for checks), 'real' (170 problems "
+             "on scikit-learn's iris, wine, breast cancer and 8x8 digits; needs the 'real' "
+             "extra) or 'real-quick' (16 of them); default: quick")
+    sweep_choice.add_argument(
+        "--dataset", metavar="FILE",
+        help="your own data instead of --sweep: a .npz with arrays x_train, y_train, x_test, "
+             "y_test, or a .csv with --label-column (split 80/20 with a fixed seed); problems "
+             "FILE/i for T in {1, 10, 100, 1000, full} x 10 seeds, scored by NLL")
+    sweep_choice.add_argument(
+        "--label-column", metavar="NAME", help="the class-label column of a --dataset .csv")
     compute = argparse.ArgumentParser(add_help=False)
     compute.add_argument("--seed", type=int, default=0,
                          help="agent seed, folded into each problem's key: an integer from 0 to "
@@ -47,9 +58,11 @@ def _parser() -> argparse.ArgumentParser:
                          help="joint log-likelihood estimator: monte_carlo (Algorithm 3), "
                               "partition (Algorithm 4), or auto = monte_carlo for tau < 10, "
                               "partition otherwise (default)")
-    compute.add_argument("--batch-size", type=int, default=None, metavar="N",
-                         help="problems of one shape trained together (default: all of them; "
-                              "smaller saves memory and saves results more often)")
+    compute.add_argument("--problems-per-batch", "--batch-size", type=int, default=None,
+                         metavar="N", dest="problems_per_batch",
+                         help="problems of one shape trained together, a work unit (default: "
+                              "all of them; smaller saves memory and saves results more often). "
+                              "Not an agent's minibatch size: set that with --set batch_size=B")
     compute.add_argument("--recompute", action="store_true",
                          help="recompute results already in the store, replacing them")
     compute.add_argument("--retry-failed", action="store_true",
@@ -148,6 +161,30 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                       metavar="KEY=VALUE", help="hyperparameters for the Figure 5 agent")
 
+    correlate = commands.add_parser(
+        "correlate", parents=[common, db, fmt],
+        help="correlate agents' testbed and real-data scores across configs (Figure 6)",
+        description="Per agent and data regime (low: T in {1, 10}; high: the largest T), the "
+                    "Pearson correlation across the agent's configs between its score on a "
+                    "synthetic sweep and its score on a real-data sweep, with 5th and 95th "
+                    "bootstrap percentiles (problems resampled within each stratum). A score "
+                    "is the mean over taus and problems of the config's KL (NLL on real data) "
+                    "divided by the baseline's default config's on the same problem and tau.")
+    correlate.add_argument("--agent", action="append", required=True,
+                           help="an agent with results in the store; repeatable")
+    correlate.add_argument("--baseline", default="mlp",
+                           help="registered agent whose default config normalises every value "
+                                "(default: mlp)")
+    correlate.add_argument("--synthetic-sweep", default="quick", choices=list(problems_lib.SWEEPS),
+                           help="the testbed sweep (default: quick)")
+    correlate.add_argument("--real-sweep", default="real-quick", choices=list(problems_lib.SWEEPS),
+                           help="the real-data sweep (default: real-quick)")
+    correlate.add_argument("--num-bootstrap", type=int, default=1000, metavar="B",
+                           help="bootstrap draws (default: 1000)")
+    correlate.add_argument("--plot", metavar="FILE.png",
+                           help="also write Figure 6b (real against testbed scores in the high "
+                                "data regime, one point per config) to this PNG file")
+
     merge = commands.add_parser(
         "merge", parents=[common], help="combine results stores into one",
         description="Copy the rows of several stores (e.g. the shards of a sweep) into one. "
@@ -206,27 +243,42 @@ def _cmd_agents() -> int:
     return 0
 
 
+def _sweep_problems(args) -> Mapping[str, Any]:
+    """The problems the command works on: ``--dataset FILE``'s, else ``--sweep``'s."""
+    if args.dataset:
+        args.sweep = pathlib.Path(args.dataset).name  # for messages
+        return generative.file_problems(args.dataset, args.label_column)
+    if args.label_column:
+        raise ValueError("--label-column goes with --dataset FILE.csv")
+    return problems_lib.get_sweep(args.sweep)
+
+
 def _cmd_problems(args) -> int:
-    print(f"{'problem_id':<24}{'temperature':>12}{'T':>6}{'seed':>6}  taus      N     M")
-    for p in problems_lib.get_sweep(args.sweep).values():
+    problems = _sweep_problems(args)
+    real = any(p.metric == "nll" for p in problems.values())
+    first = "dataset" if real else "temperature"
+    print(f"{'problem_id':<24}{first:>14}{'T':>6}{'seed':>6}  taus      N     M  metric")
+    for p in problems.values():
         taus = ",".join(map(str, p.taus))
-        print(f"{p.problem_id:<24}{p.temperature:>12g}{p.num_train:>6}{p.seed:>6}  "
-              f"{taus:<8}{p.num_test:>5}{p.num_samples:>6}")
+        where = p.stratum[0] if real else f"{p.temperature:g}"
+        print(f"{p.problem_id:<24}{where:>14}{p.num_train:>6}{p.seed:>6}  "
+              f"{taus:<8}{p.num_test:>5}{p.num_samples:>6}  {p.metric}")
     return 0
 
 
 def _compute(args, configs: Sequence[Any], announce: str) -> tuple[sweep_lib.SweepSummary, list]:
     """Checks every setting and opens the store (one clear error, before any work),
     prints ``announce`` on stderr, then runs the configs into the store."""
-    problems = list(problems_lib.get_sweep(args.sweep).values())
-    sweep_lib.check_options(agent_seed=args.seed, batch_size=args.batch_size,
+    problems = list(_sweep_problems(args).values())
+    sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
                             workers=args.workers, backend=args.backend, estimator=args.estimator)
     shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
         summary = sweep_lib.run_sweep(
             args.agent, configs, problems, store, agent_seed=args.seed, estimator=args.estimator,
-            batch_size=args.batch_size, recompute=args.recompute, retry_failed=args.retry_failed,
+            problems_per_batch=args.problems_per_batch, recompute=args.recompute,
+            retry_failed=args.retry_failed,
             shard=shard, backend=args.backend, workers=args.workers, address=args.address,
             imports=args.imports, progress=not args.quiet)
     return summary, problems
@@ -236,8 +288,9 @@ def _problem_table(rows: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> st
     by_problem: dict[str, dict[int, Mapping[str, Any]]] = {}
     for row in rows:
         by_problem.setdefault(row["problem_id"], {})[row["tau"]] = row
+    metric = rows[0]["metric"] if rows else "kl"
     header = f"{'problem_id':<24}{'temp':>6}{'T':>6}{'seed':>5}"
-    header += "".join(f"{f'kl(tau={tau}) ± se':>24}" for tau in taus)
+    header += "".join(f"{f'{metric}(tau={tau}) ± se':>24}" for tau in taus)
     lines = [header + f"{'acc':>7}{'ece':>7}{'secs':>7}"]
     for pid, by_tau in by_problem.items():
         first = next(iter(by_tau.values()))
@@ -265,7 +318,7 @@ def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
     taus = sorted({t for p in problems for t in p.taus})
     name = "d_KL" if r["metric"] == "kl" else "NLL"
     parts = [f"{name}^{tau} = {r[f'kl_{tau}']:.4f} ± {r[f'kl_{tau}_stderr']:.4f}" for tau in taus]
-    parts.append(f"d_KL^agg = {r['kl_agg']:.4f}")
+    parts.append(f"{name}^agg = {r['kl_agg']:.4f}")
     parts.append(f"accuracy = {r['accuracy']:.3f}, ECE = {r['ece']:.3f}")
     # A problem of the sweep with no rows at all was left to another shard.
     num_failed = len({row["problem_id"] for row in rows if row["status"] != "ok"})
@@ -335,7 +388,7 @@ def _report_failures(rows, keep_going: bool) -> int:
 def _cmd_sweep(args) -> int:
     spec = registry.get_agent(args.agent)
     configs = list(spec.sweep())
-    problems = problems_lib.get_sweep(args.sweep)
+    problems = _sweep_problems(args)
     start = time.perf_counter()
     summary, _ = _compute(args, configs, f"sweep {args.agent}: {len(configs)} configs x "
                                          f"{len(problems)} problems ({args.sweep}) into {args.db}")
@@ -401,7 +454,7 @@ def _check_agent_in_store(name: str, rows: Sequence[Mapping[str, Any]], db: str,
 
 
 def _cmd_leaderboard(args) -> int:
-    problems = problems_lib.get_sweep(args.sweep)
+    problems = _sweep_problems(args)
     rows = _stored_rows(args)
     if args.baseline not in registry.AGENTS:  # a registered baseline may simply have no rows
         _check_agent_in_store(args.baseline, rows, args.db, "--baseline")
@@ -424,7 +477,7 @@ def _cmd_leaderboard(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    problems = problems_lib.get_sweep(args.sweep)
+    problems = _sweep_problems(args)
     baselines = args.baseline or ["mlp"]
     rows = _stored_rows(args)  # the store alone is compared: no agent need be registered
     _check_agent_in_store(args.agent, rows, args.db, "--agent")
@@ -455,14 +508,20 @@ def _cmd_compare(args) -> int:
     return 0
 
 
-def _cmd_plot(args) -> int:
+def _plots():
+    """The plots module, or one clear error where matplotlib is missing."""
     try:
         from neural_testbed.leaderboard import plots
     except ImportError as error:
         raise ValueError(f"plotting needs matplotlib ({error}); install it with "
                          "pip install 'neural-testbed[analysis]'") from None
+    return plots
+
+
+def _cmd_plot(args) -> int:
+    plots = _plots()
     _check_output_dir(args.out, "--out")
-    problems = problems_lib.get_sweep(args.sweep)
+    problems = _sweep_problems(args)
     rows = _stored_rows(args)
     if args.agent:  # checked before any figure is drawn
         spec = _registered_agent(args.agent, rows)
@@ -473,15 +532,35 @@ def _cmd_plot(args) -> int:
                              "--sweep paper`")
     paths = plots.save_figures(rows, problems, args.out)
     if args.agent:
-        import pathlib
-
         import jax
 
         paths.append(plots.figure_agent_samples(
-            spec.make(config), paper[args.problem], pathlib.Path(args.out) / "figure5.png",
-            jax.random.key(0)))
+            jax.random.key(0), spec.make(config), paper[args.problem],
+            pathlib.Path(args.out) / "figure5.png"))
     for path in paths:
         print(f"wrote {path}")
+    return 0
+
+
+def _cmd_correlate(args) -> int:
+    if args.plot:  # checked before any work
+        plots = _plots()
+        _check_output_file(args.plot, "--plot")
+    agents = list(dict.fromkeys(args.agent))
+    synthetic = problems_lib.get_sweep(args.synthetic_sweep)
+    real = problems_lib.get_sweep(args.real_sweep)
+    rows = _stored_rows(args)
+    for name in agents:
+        _check_agent_in_store(name, rows, args.db, "--agent")
+    records = correlation.correlate(rows, synthetic, real, agents, args.baseline,
+                                    num_bootstrap=args.num_bootstrap, seed=0)
+    notes = sys.stdout if args.format == "table" else sys.stderr  # CSV and Markdown stay clean
+    print(f"synthetic: {args.synthetic_sweep}; real: {args.real_sweep}; "
+          + correlation.describe(args.baseline, args.num_bootstrap, seed=0), file=notes)
+    print(scoring.format_records(records, args.format, correlation.COLUMNS))
+    if args.plot:
+        print(f"wrote {plots.figure_testbed_vs_real(records, args.plot, baseline=args.baseline)}",
+              file=notes)
     return 0
 
 
@@ -520,7 +599,8 @@ def _cmd_export(args) -> int:
 
 
 _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
-             "compare": _cmd_compare, "plot": _cmd_plot, "merge": _cmd_merge,
+             "compare": _cmd_compare, "plot": _cmd_plot, "correlate": _cmd_correlate,
+             "merge": _cmd_merge,
              "export": _cmd_export,
              "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}
 

@@ -10,6 +10,7 @@ from neural_testbed.agents.dropout import DropoutConfig, dropout_sweep, make_dro
 from neural_testbed.agents.ensemble import EnsembleConfig, ensemble_sweep, make_ensemble_agent
 from neural_testbed.agents.ensemble_plus import (
     EnsemblePlusConfig,
+    ensemble_plus_prior_sweep,
     ensemble_plus_sweep,
     make_ensemble_plus_agent,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "bbb_sweep",
     "deep_kernel_sweep",
     "dropout_sweep",
+    "ensemble_plus_prior_sweep",
     "ensemble_plus_sweep",
     "ensemble_sweep",
     "epinet_sweep",

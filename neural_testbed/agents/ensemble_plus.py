@@ -10,6 +10,11 @@ what a posterior should do. Optional bootstrap weights make each member fit a
 different random reweighting of the data, which spreads members where labels
 are noisy.
 
+The prior function is a config choice (paper section 5.3, Figure 7, appendix
+D.3): the environment's MLP (the default), a random linear function of the
+input, or a random linear function of a 2-d latent, the mean of a VAE encoder
+fitted to the agent's training inputs. No prior at all is ``prior_scale=0``.
+
 As in the reference testbed, the trained members start with a nonzero
 first-layer bias, where the ensemble agent's start at zero; this bias is all
 that separates ``prior_scale=0, bootstrap="none"`` from the ensemble agent of
@@ -27,10 +32,13 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+import numbers
+import typing
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax.scipy.special import ndtr, ndtri
 
 from neural_testbed import base, networks
@@ -40,11 +48,31 @@ from neural_testbed.agents.ensembling import Bootstrap, TemperatureScaling
 __all__ = [
     "EnsemblePlusConfig",
     "EnsemblePlusState",
+    "PriorFunction",
+    "VAEDecoder",
+    "VAEParams",
     "bootstrap_weights",
+    "ensemble_plus_prior_sweep",
     "ensemble_plus_sweep",
     "init_trained_members",
+    "init_vae",
     "make_ensemble_plus_agent",
+    "train_vae",
+    "vae_elbo",
+    "vae_encoder_mean",
 ]
+
+# What each member's fixed prior function p_m is a random function of (see EnsemblePlusConfig).
+PriorFunction = Literal["environment", "linear", "vae"]
+# The VAE's likelihood of an input given its latent: unit-variance Gaussian, or Bernoulli.
+VAEDecoder = Literal["gaussian", "bernoulli"]
+
+# The VAE of appendix D.3: encoder and decoder widths, latent size, and its Adam training.
+VAE_ENCODER_HIDDEN = (128, 64)
+VAE_DECODER_HIDDEN = (64, 128)
+VAE_LATENT_DIM = 2
+VAE_LEARNING_RATE = 1e-3
+VAE_BATCH_SIZE = 100  # training sets up to this size are used whole at every step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,11 +89,22 @@ class EnsemblePlusConfig:
     batch_size: int = 100  # minibatch size, drawn with replacement from the T pairs
     l2_weight_decay: float = 1.0  # lambda; loss += lambda / (num_ensemble * T) * |params|^2
     adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
+    # Each member's fixed prior p_m (Figure 7; its "none" is prior_scale=0, not a value here):
+    # "environment": an MLP drawn exactly like the environment's (widths prior.env_hidden);
+    # "linear": w_m . x, one layer drawn like the environment's output layer (fan-in
+    #   truncated-normal weights, zero bias), appendix D.3's best MLP prior on real data;
+    # "vae": w_m . mu(x), the same kind of layer (fan-in 2) on the 2-d latent mean mu of a
+    #   VAE encoder that train fits to the T training inputs.
+    prior_function: PriorFunction = "environment"
+    vae_steps: int = 10_000  # "vae": Adam steps (lr 1e-3) on the negative ELBO
+    vae_decoder: VAEDecoder = "gaussian"  # "vae": unit-variance Gaussian; "bernoulli": x in [0, 1]
 
     def __post_init__(self):
         ensembling.check_num_ensemble(self.num_ensemble)
         ensembling.check_prior_options(self)
         training.check_training_fields(self)
+        if isinstance(self.vae_steps, numbers.Real) and self.vae_steps < 1:
+            raise ValueError(f"vae_steps must be >= 1, got {self.vae_steps!r}")
         # Then the rules every agent shares: field types, finite floats.
         validation.check_fields(self)
 
@@ -115,12 +154,118 @@ def init_trained_members(
     return [{**params[0], "b": stddev * ndtri(u)}, *params[1:]]
 
 
+class VAEParams(NamedTuple):
+    """A VAE whose latent the ``"vae"`` prior functions read."""
+
+    encoder: networks.MLPParams  # x -> [latent mean, latent log-variance], widths (128, 64, 4)
+    decoder: networks.MLPParams  # z -> Gaussian mean or Bernoulli logits of x, widths (64, 128, d)
+
+
+def init_vae(key: jax.Array, input_dim: int) -> VAEParams:
+    """Draws a VAE's encoder and decoder like the environment's layers (fan-in, zero biases)."""
+    encoder_key, decoder_key = jax.random.split(key)
+    encoder_sizes = (*VAE_ENCODER_HIDDEN, 2 * VAE_LATENT_DIM)
+    return VAEParams(
+        encoder=networks.init_mlp(encoder_key, input_dim, encoder_sizes),
+        decoder=networks.init_mlp(decoder_key, VAE_LATENT_DIM, (*VAE_DECODER_HIDDEN, input_dim)),
+    )
+
+
+def vae_elbo(key: jax.Array, params: VAEParams, x: jax.Array, decoder: VAEDecoder) -> jax.Array:
+    """The mean over the rows of ``x [n, d]`` of the ELBO, with one reparameterised latent each.
+
+    ELBO = log p(x | z) - KL(N(mean, diag(exp(log_var))) || N(0, I)), with
+    ``z = mean + exp(log_var / 2) * eps``: a unit-variance Gaussian log-density
+    of x around the decoder's output, or a Bernoulli log-likelihood with the
+    output as logits (x may be any value in [0, 1]).
+    """
+    allowed = typing.get_args(VAEDecoder)
+    if decoder not in allowed:
+        raise ValueError(f"vae_decoder must be one of {', '.join(map(repr, allowed))}, "
+                         f"got {decoder!r}")
+    mean, log_var = jnp.split(networks.apply_mlp(params.encoder, x), 2, axis=-1)
+    z = mean + jnp.exp(0.5 * log_var) * jax.random.normal(key, mean.shape)
+    out = networks.apply_mlp(params.decoder, z)
+    if decoder == "bernoulli":
+        log_likelihood = -optax.sigmoid_binary_cross_entropy(out, x).sum(-1)
+    else:
+        log_likelihood = -0.5 * (jnp.square(x - out) + jnp.log(2 * jnp.pi)).sum(-1)
+    kl = 0.5 * (jnp.square(mean) + jnp.exp(log_var) - 1.0 - log_var).sum(-1)
+    return (log_likelihood - kl).mean()
+
+
+def train_vae(
+    key: jax.Array, params: VAEParams, x: jax.Array, num_steps: int, decoder: VAEDecoder
+) -> tuple[VAEParams, jax.Array]:
+    """Fits a VAE to the inputs ``x [T, d]`` by Adam (lr 1e-3) on the negative ELBO.
+
+    Each step uses all T inputs, or 100 drawn with replacement when T > 100,
+    and one latent sample per input. One ``lax.scan``, so it runs under
+    ``jit`` and ``vmap``.
+
+    Returns:
+      The trained parameters and each step's ELBO estimate (before its update), ``[num_steps]``.
+    """
+    num_train = x.shape[0]
+    optimizer = optax.adam(VAE_LEARNING_RATE)
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        batch_key, sample_key = jax.random.split(step_key)
+        batch = x
+        if num_train > VAE_BATCH_SIZE:
+            batch = x[jax.random.randint(batch_key, (VAE_BATCH_SIZE,), 0, num_train)]
+        loss, grads = jax.value_and_grad(lambda p: -vae_elbo(sample_key, p, batch, decoder))(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), -loss
+
+    (params, _), elbos = jax.lax.scan(
+        step, (params, optimizer.init(params)), jax.random.split(key, num_steps)
+    )
+    return params, elbos
+
+
+def vae_encoder_mean(params: VAEParams) -> networks.MLPParams:
+    """The encoder without its log-variance outputs: the MLP ``x -> mu(x) [2]``."""
+    *hidden, last = params.encoder
+    mean_layer = {"w": last["w"][:, :VAE_LATENT_DIM], "b": last["b"][:VAE_LATENT_DIM]}
+    return [*hidden, mean_layer]
+
+
 class EnsemblePlusState(NamedTuple):
     """A trained ensemble+ agent."""
 
     params: networks.MLPParams  # trained members; leaves have a leading [num_ensemble] axis
     prior_params: networks.MLPParams  # fixed priors, never trained; leading [num_ensemble]
     prior_scale: jax.Array  # float32 scalar, from ensembling.prior_function_scale
+    encoder: networks.MLPParams | None  # "vae": the trained x -> mu(x); else None (priors read x)
+
+
+def _draw_priors(
+    key: jax.Array, config: EnsemblePlusConfig, prior: base.PriorKnowledge, x: jax.Array
+) -> tuple[networks.MLPParams, networks.MLPParams | None]:
+    """Draws the members' prior functions; for ``"vae"``, first fits the encoder to ``x``.
+
+    Returns:
+      The priors' parameters, leading ``[num_ensemble]`` axis, and the encoder
+      whose output they read (None: they read x).
+    """
+    members, d, k = config.num_ensemble, prior.input_dim, prior.num_classes
+    if config.prior_function == "environment":
+        params = ensembling.init_members(
+            key, members, d, (*prior.env_hidden, k), first_bias_stddev=1.0 / d**0.5
+        )
+        return params, None
+    if config.prior_function == "linear":
+        return ensembling.init_members(key, members, d, (k,)), None
+    head_key, init_key, vae_key = jax.random.split(key, 3)
+    vae, _ = train_vae(vae_key, init_vae(init_key, d), x, config.vae_steps, config.vae_decoder)
+    return ensembling.init_members(head_key, members, VAE_LATENT_DIM, (k,)), vae_encoder_mean(vae)
+
+
+def _prior_inputs(encoder: networks.MLPParams | None, x: jax.Array) -> jax.Array:
+    """What the prior functions read: ``x`` itself, or the VAE encoder's mean ``mu(x)``."""
+    return x if encoder is None else networks.apply_mlp(encoder, x)
 
 
 def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) -> base.Agent:
@@ -128,8 +273,9 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
 
     Member ``m`` outputs ``f_m(x) + s * p_m(x)``: ``f_m`` an MLP of widths
     ``config.hidden`` trained from :func:`init_trained_members`, ``p_m`` a fixed
-    random MLP drawn like the environment's network (same widths, same
-    initialisation), ``s`` from :func:`ensembling.prior_function_scale`. The loss is the
+    random function chosen by ``config.prior_function`` (by default an MLP drawn
+    like the environment's network: same widths, same initialisation), ``s``
+    from :func:`ensembling.prior_function_scale`. The loss is the
     mean over members and minibatch points of the bootstrap-weighted
     cross-entropy, plus the ensemble agent's weight decay (on ``f`` only).
 
@@ -147,15 +293,14 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
         params = init_trained_members(
             keys.init, config.num_ensemble, prior.input_dim, (*config.hidden, prior.num_classes)
         )
-        prior_params = ensembling.init_members(
-            keys.prior, config.num_ensemble, prior.input_dim,
-            (*prior.env_hidden, prior.num_classes), first_bias_stddev=1.0 / prior.input_dim**0.5,
-        )
+        prior_params, encoder = _draw_priors(keys.prior, config, prior, data.x)
         scale = ensembling.prior_function_scale(
             config.prior_scale, prior.temperature, config.temperature_scaling
         )
         # The priors are fixed, so their logits at the training inputs are computed once.
-        prior_logits = scale * ensembling.apply_members(prior_params, data.x)  # [members, T, K]
+        prior_logits = scale * ensembling.apply_members(
+            prior_params, _prior_inputs(encoder, data.x)
+        )  # [members, T, K]
         weights = bootstrap_weights(
             keys.bootstrap, config.bootstrap, config.num_ensemble, num_train
         )  # [num_ensemble, T]
@@ -177,11 +322,15 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
         params, _ = training.train_minibatch(
             keys.train, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size
         )
-        return EnsemblePlusState(params=params, prior_params=prior_params, prior_scale=scale)
+        return EnsemblePlusState(
+            params=params, prior_params=prior_params, prior_scale=scale, encoder=encoder
+        )
 
     def apply(state: EnsemblePlusState, x: jax.Array, index: jax.Array) -> jax.Array:
         trained = networks.apply_mlp(ensembling.select_member(state.params, index), x)
-        prior_fn = networks.apply_mlp(ensembling.select_member(state.prior_params, index), x)
+        prior_fn = networks.apply_mlp(
+            ensembling.select_member(state.prior_params, index), _prior_inputs(state.encoder, x)
+        )
         return trained + state.prior_scale * prior_fn
 
     def sample_index(key: jax.Array) -> jax.Array:
@@ -214,3 +363,18 @@ def ensemble_plus_sweep() -> tuple[EnsemblePlusConfig, ...]:
         replace(default, prior_scale=1.0, temperature_scaling="linear"),
     )
     return tuple(dict.fromkeys(configs))
+
+
+def ensemble_plus_prior_sweep() -> tuple[EnsemblePlusConfig, ...]:
+    """The prior functions Figure 7 compares, each on the default config: none, linear, VAE.
+
+    The figure's "MLP" prior is the linear one, which appendix D.3 found better
+    than MLPs with hidden layers. Kept apart from :func:`ensemble_plus_sweep`,
+    whose size is documented.
+    """
+    default = EnsemblePlusConfig()
+    return (
+        dataclasses.replace(default, prior_scale=0.0),
+        dataclasses.replace(default, prior_function="linear"),
+        dataclasses.replace(default, prior_function="vae"),
+    )

@@ -1,4 +1,4 @@
-"""Problem families behind the problem protocol: random-MLP classification."""
+"""Problem families behind the problem protocol: random-MLP classification, real datasets."""
 
 from neural_testbed.generative.mlp_classification import (
     Environment,
@@ -9,12 +9,20 @@ from neural_testbed.generative.mlp_classification import (
     sample_test_data,
     sample_train_data,
 )
+from neural_testbed.generative.real_classification import (
+    RealClassificationProblem,
+    dataset_problems,
+    file_problems,
+)
 
 __all__ = [
     "Environment",
     "MLPClassificationProblem",
+    "RealClassificationProblem",
     "check_temperature",
+    "dataset_problems",
     "environment_logits",
+    "file_problems",
     "sample_environment",
     "sample_test_data",
     "sample_train_data",

@@ -97,6 +97,7 @@ def _input_dim(env: Environment) -> int:
     return env.params[0]["w"].shape[0]
 
 
+@functools.partial(jax.jit, static_argnames="num_train")  # one program, also when called eagerly
 def sample_train_data(key: jax.Array, env: Environment, num_train: int) -> base.Data:
     """Draws T training pairs ``x ~ N(0, I)``, ``y ~ softmax(env(x))``."""
     _check_positive_int("num_train (T)", num_train)
@@ -106,6 +107,7 @@ def sample_train_data(key: jax.Array, env: Environment, num_train: int) -> base.
     return base.Data(x=x, y=y.astype(jnp.int32))
 
 
+@functools.partial(jax.jit, static_argnames=("num_test", "tau"))
 def sample_test_data(
     key: jax.Array, env: Environment, num_test: int, tau: int
 ) -> base.TestSamples:
@@ -153,6 +155,7 @@ class MLPClassificationProblem:
     num_samples: int = 1000  # M, samples drawn from the agent's belief per test sample
 
     metric = "kl"  # the exact likelihood is known
+    num_hyperplanes = 7  # Algorithm 4's d on the testbed (paper, appendix A.3)
 
     def __post_init__(self):
         check_temperature(self.temperature)
@@ -175,6 +178,11 @@ class MLPClassificationProblem:
     def shape(self) -> tuple:
         return ("mlp_classification", self.input_dim, self.num_classes, self.num_train,
                 self.env_hidden, self.taus, self.num_test, self.num_samples)
+
+    @property
+    def stratum(self) -> tuple[float, int]:
+        """Problems are stratified by (temperature, T) in every standard error."""
+        return self.temperature, self.num_train
 
     @property
     def key_seed(self) -> int:

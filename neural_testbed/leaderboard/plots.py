@@ -1,9 +1,10 @@
 """The paper's figures as PNG files, from stored results.
 
 Figure 2 (normalised KL per agent), Figures 8 and 9 (KL against T per
-temperature), Figure 10 (normalised d_KL^100 against training time) and
-Figure 5 (an environment's class-probability map beside sampled members of an
-agent). Each figure is a :class:`matplotlib.figure.Figure` drawn on its own
+temperature), Figure 10 (normalised d_KL^100 against training time), Figure 5
+(an environment's class-probability map beside sampled members of an agent)
+and Figure 6b (real-data against testbed scores, one point per config). Each
+figure is a :class:`matplotlib.figure.Figure` drawn on its own
 Agg canvas, not through ``pyplot``: the module never changes the process-wide
 backend or pyplot state, so it works headless (no display) and leaves a user's
 interactive session alone. Sizes are fixed (figsize x dpi), so the files are
@@ -20,6 +21,7 @@ from typing import Any
 
 try:
     import matplotlib
+    from matplotlib import ticker
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 except ImportError as error:  # matplotlib is only needed for plots
@@ -40,6 +42,7 @@ __all__ = [
     "figure_kl_vs_num_train",
     "figure_kl_vs_time",
     "figure_normalised_kl",
+    "figure_testbed_vs_real",
     "save_figures",
 ]
 
@@ -47,6 +50,7 @@ _DPI = 100
 _SIZE_FIGURE_2 = (10, 4)  # inches; 1000 x 400 pixels
 _SIZE_FIGURES_8_9 = (12, 4)  # 1200 x 400
 _SIZE_FIGURE_10 = (7, 5)  # 700 x 500
+_SIZE_FIGURE_6B = (7, 6)  # 700 x 600
 _PANEL_FIGURE_5 = 3  # inches per panel, plus 1 for the colour bar; 4 high
 _SNR = {0.01: "high SNR", 0.1: "medium SNR", 0.5: "low SNR"}  # the paper's temperatures
 _GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
@@ -82,7 +86,10 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def _temperature_title(temperature: float) -> str:
+def _temperature_title(temperature: float | str) -> str:
+    """A panel's title: its temperature, or its dataset on real data (stratum (dataset, T))."""
+    if isinstance(temperature, str):
+        return temperature
     snr = _SNR.get(temperature)
     return f"temperature {temperature:g}" + (f" ({snr})" if snr else "")
 
@@ -182,12 +189,14 @@ def figure_kl_vs_num_train(
         ax.set_xlabel("T (training pairs)")
         ax.set_title(_temperature_title(temperature))
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(f"d_KL^{tau} (mean over seeds)")
+    real = all(isinstance(t, str) for t in temperatures)  # panels are datasets: NLL
+    axes[0].set_ylabel(f"{'NLL' if real else 'd_KL'}^{tau} (mean over seeds)")
     legend = {}  # label -> handle, over every panel: an agent may miss a temperature
     for ax in axes:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
     axes[-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper right")
-    figure.suptitle(f"KL at tau = {tau} against the number of training pairs")
+    figure.suptitle(f"{'NLL' if real else 'KL'} at tau = {tau} against the number of "
+                    "training pairs")
     return _save(figure, path)
 
 
@@ -244,6 +253,61 @@ def figure_kl_vs_time(
     return _save(figure, path)
 
 
+def figure_testbed_vs_real(
+    records: Sequence[Mapping[str, Any]],
+    path: str | os.PathLike,
+    regime: str = "high data",
+    baseline: str = "mlp",
+) -> pathlib.Path:
+    """The paper's Figure 6b: each config's real-data score against its testbed score.
+
+    One point per (agent, config) of ``regime``, one colour per agent, its
+    correlation in the legend; the baseline's default config sits at (1, 1).
+    Log axes when every score is positive (scores are ratios to the baseline).
+
+    Args:
+      records: ``correlation.correlate(...)``; those of other regimes are ignored.
+      path: the PNG file to write.
+      regime: which regime's points to draw.
+      baseline: the agent the scores are normalised by (labels only).
+
+    Returns:
+      ``path``.
+
+    Raises:
+      ValueError: if no record of ``regime`` has a config to draw.
+    """
+    records = [r for r in records if r["regime"] == regime and r["configs"]]
+    if not records:
+        raise ValueError(f"no configs with testbed and real-data scores in the {regime} regime "
+                         "to plot")
+    colours = _colours(r["agent"] for r in records)
+    figure = _new_figure(_SIZE_FIGURE_6B)
+    ax = figure.subplots()
+    for r in records:
+        value = f"{r['correlation']:.2f}" if _finite(r["correlation"]) else "n/a"
+        bounds = f" ({r['p5']:.2f}, {r['p95']:.2f})" if _finite(r["p5"]) else ""
+        ax.scatter(r["synthetic_scores"], r["real_scores"], s=30, color=colours[r["agent"]],
+                   edgecolors="black", linewidths=0.4,
+                   label=f"{r['agent']}: r = {value}{bounds}, {r['configs']} config"
+                         + ("s" if r["configs"] != 1 else ""))
+    if all(v > 0 for r in records for v in (*r["synthetic_scores"], *r["real_scores"])):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers ("2", "0.5"), not "2 x 10^0"
+            axis.set_major_formatter(ticker.LogFormatter())
+            axis.set_minor_formatter(ticker.LogFormatter(minor_thresholds=(2, 0.5)))
+    ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+    ax.set_xlabel(f"testbed score (d_KL / {baseline}'s default, mean over taus and problems)")
+    ax.set_ylabel(f"real-data score (NLL / {baseline}'s default, same means)")
+    ax.set_title(f"Testbed against real data, {regime}: one point per config\n"
+                 "r: Pearson across configs (5th, 95th bootstrap percentiles)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(figure, path)
+
+
 def save_figures(
     rows: Iterable[Mapping[str, Any]],
     problems: Mapping[str, problems_lib.Problem],
@@ -289,10 +353,10 @@ def save_figures(
 
 
 def figure_agent_samples(
+    key: jax.Array,
     agent: base.Agent,
     problem: problems_lib.Problem,
     path: str | os.PathLike,
-    key: jax.Array,
     num_members: int = 4,
     grid_size: int = 100,
 ) -> pathlib.Path:
@@ -304,10 +368,10 @@ def figure_agent_samples(
     with its 0.5 decision boundary.
 
     Args:
+      key: draws the members' indices.
       agent: the agent, e.g. ``agents.get_agent("mlp").make(config)``.
       problem: a problem with ``input_dim == 2``.
       path: the PNG file to write.
-      key: draws the members' indices.
       num_members: how many sampled members to draw.
       grid_size: grid points per axis.
 

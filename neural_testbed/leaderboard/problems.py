@@ -16,9 +16,10 @@ from collections.abc import Mapping
 import jax
 
 from neural_testbed import base
-from neural_testbed.generative import mlp_classification
+from neural_testbed.generative import mlp_classification, real_classification
 
 __all__ = [
+    "REAL_DATASETS",
     "SWEEPS",
     "Problem",
     "get_sweep",
@@ -78,11 +79,48 @@ def _smoke_sweep(paper: Mapping[str, Problem]) -> dict[str, Problem]:
     }
 
 
-_PAPER = _paper_sweep()
-SWEEPS: Mapping[str, Mapping[str, Problem]] = types.MappingProxyType({
-    "quick": types.MappingProxyType(_quick_sweep(_PAPER)),
-    "paper": types.MappingProxyType(_PAPER),
-    "smoke": types.MappingProxyType(_smoke_sweep(_PAPER)),
+REAL_DATASETS = ("iris", "wine", "breast_cancer", "digits")
+
+
+def _real_sweep() -> dict[str, base.Problem]:
+    """Section 5's protocol on the datasets scikit-learn ships: T in {1, 10, 100, 1000,
+    full} where the training split allows, 10 seeds each (170 problems)."""
+    problems = {}
+    for name in REAL_DATASETS:
+        problems.update(real_classification.dataset_problems(name))
+    return problems
+
+
+def _real_quick_sweep(real: Mapping[str, base.Problem]) -> dict[str, base.Problem]:
+    """A subset of ``real`` (same ids): T in {10, full}, seeds {0, 1}: 16 problems."""
+    return {pid: p for pid, p in real.items()
+            if (p.num_train == 10 or p.num_train == p.num_train_split) and p.seed < 2}
+
+
+class _Sweeps(Mapping):
+    """Sweeps by name, each built on first use (the real-data ones read their datasets)."""
+
+    def __init__(self, builders):
+        self._builders, self._built = builders, {}
+
+    def __getitem__(self, name: str) -> Mapping[str, base.Problem]:
+        if name not in self._built:
+            self._built[name] = types.MappingProxyType(self._builders[name](self))
+        return self._built[name]
+
+    def __iter__(self):
+        return iter(self._builders)
+
+    def __len__(self) -> int:
+        return len(self._builders)
+
+
+SWEEPS: Mapping[str, Mapping[str, base.Problem]] = _Sweeps({
+    "quick": lambda sweeps: _quick_sweep(sweeps["paper"]),
+    "paper": lambda sweeps: _paper_sweep(),
+    "smoke": lambda sweeps: _smoke_sweep(sweeps["paper"]),
+    "real": lambda sweeps: _real_sweep(),
+    "real-quick": lambda sweeps: _real_quick_sweep(sweeps["real"]),
 })
 
 

@@ -68,7 +68,7 @@ class BatchRunner:
         for tau in template.taus:
             evaluate_one = kl.make_evaluator(
                 enn, tau, template.num_classes, template.num_test,
-                template.num_samples, estimator)
+                template.num_samples, estimator, num_hyperplanes=template.num_hyperplanes)
 
             def evaluate(test_keys, states, envs, tau=tau, evaluate_one=evaluate_one):
                 def one(args):

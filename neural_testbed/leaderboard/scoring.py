@@ -57,11 +57,11 @@ class _ProblemScore:
 
 
 Candidate = tuple[str, str, str, int]  # agent, config_hash, estimator, agent_seed
-Setting = tuple[float, int]  # (temperature, T): one stratum
+Setting = tuple[Any, int]  # a problem's stratum: (temperature, T), or (dataset, T) on real data
 
 
 def _setting(problem: Any) -> Setting:
-    return problem.temperature, problem.num_train
+    return problem.stratum
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -97,6 +97,7 @@ def make_evaluator(
     num_samples: int = 1000,
     estimator: Estimator = "auto",
     numerics: estimators.Numerics = "reference",
+    num_hyperplanes: int = 7,
 ):
     """Builds ``evaluate(key, state, test) -> Evaluation``, a pure jittable function.
 
@@ -110,6 +111,7 @@ def make_evaluator(
         or ``"auto"`` (Monte Carlo for tau < 10).
       numerics: Algorithm 4's numerics, ``"reference"`` (probability floor and
         cell smoothing, the default) or ``"paper"``; see :mod:`estimators`.
+      num_hyperplanes: Algorithm 4's d (the paper: 7 on the testbed, 10 on real data).
 
     Returns:
       The evaluation function. ``test`` is a :class:`base.TestSamples` with
@@ -117,7 +119,8 @@ def make_evaluator(
       (the result is d_KL) or ``None`` (the result is the negative
       log-likelihood).
     """
-    for name, value in (("tau", tau), ("num_test", num_test), ("num_samples", num_samples)):
+    for name, value in (("tau", tau), ("num_test", num_test), ("num_samples", num_samples),
+                        ("num_hyperplanes", num_hyperplanes)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if numerics not in estimators.NUMERICS:
@@ -137,7 +140,8 @@ def make_evaluator(
         if method == "monte_carlo":
             return estimators.monte_carlo_log_likelihood(log_probs, labels, log_weights)
         return estimators.partition_log_likelihood(
-            key, log_probs, labels, log_weights, numerics=numerics, num_samples=num_samples)
+            key, log_probs, labels, log_weights, num_hyperplanes=num_hyperplanes,
+            numerics=numerics, num_samples=num_samples)
 
     def draw_beliefs(key):
         """Members to evaluate and their log-weights ``[N, members]`` in each test sample."""

@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 
 from neural_testbed import agents, base, generative, leaderboard, networks
-from neural_testbed.agents import ensemble, ensemble_plus, ensembling
+from neural_testbed.agents import ensemble, ensemble_plus, ensembling, training
 
 PAPER = leaderboard.get_sweep("paper")
 # temperature 0.1, T = 10, seed 0
@@ -52,8 +52,11 @@ def test_members_are_the_ensembles_with_the_references_first_bias():
     at +-2 stddevs with stddev 1/sqrt(d), as the reference's ensemble+ network draws it."""
     input_dim, num_members, sizes = 10, 100, (50, 50, 2)
     key = ensembling.split_keys(jax.random.key(7)).init
-    plus = ensemble_plus.init_trained_members(key, num_members, input_dim, sizes)
-    plain = ensembling.init_members(key, num_members, input_dim, sizes)
+    # jitted: called eagerly, every primitive compiles on its own
+    plus = jax.jit(ensemble_plus.init_trained_members, static_argnums=(1, 2, 3))(
+        key, num_members, input_dim, sizes)
+    plain = jax.jit(ensembling.init_members, static_argnums=(1, 2, 3))(
+        key, num_members, input_dim, sizes)
     assert not np.any(plain[0]["b"])
     for i, (a, b) in enumerate(zip(plus, plain)):
         np.testing.assert_array_equal(a["w"], b["w"])
@@ -83,19 +86,20 @@ def test_the_agent_trains_from_these_members_and_samples_like_the_ensemble():
     plus = ensemble_plus.make_ensemble_plus_agent(config)
     key = jax.random.key(7)
     state = jax.jit(plus.train)(key, data, prior)
-    start = ensemble_plus.init_trained_members(
+    start = jax.jit(ensemble_plus.init_trained_members, static_argnums=(1, 2, 3))(
         ensembling.split_keys(key).init, config.num_ensemble, 2, (50, 50, 2))
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(start)):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
     x = jax.random.normal(jax.random.key(8), (20, 2))
-    for index in range(config.num_ensemble):
-        np.testing.assert_allclose(
-            plus.enn.apply(state, x, index),
-            networks.apply_mlp(ensembling.select_member(state.params, index), x), rtol=1e-6)
+    members = jnp.arange(config.num_ensemble)
+    agent_logits = jax.jit(jax.vmap(plus.enn.apply, in_axes=(None, None, 0)))(state, x, members)
+    member_logits = jax.jit(jax.vmap(lambda i: networks.apply_mlp(
+        ensembling.select_member(state.params, i), x)))(members)
+    np.testing.assert_allclose(agent_logits, member_logits, rtol=1e-6)
     plain = ensemble.make_ensemble_agent(ensemble.EnsembleConfig(num_ensemble=SMALL.num_ensemble))
     keys = jax.random.split(jax.random.key(9), 100)
-    np.testing.assert_array_equal(jax.vmap(plus.enn.sample_index)(keys),
-                                  jax.vmap(plain.enn.sample_index)(keys))
+    np.testing.assert_array_equal(jax.jit(jax.vmap(plus.enn.sample_index))(keys),
+                                  jax.jit(jax.vmap(plain.enn.sample_index))(keys))
 
 
 def test_prior_functions_are_drawn_like_the_environment_and_never_trained(trained):
@@ -204,8 +208,8 @@ def test_members_disagree_more_off_the_data_than_a_plain_ensemble():
 
     def disagreement(agent):
         states = jax.jit(jax.vmap(agent.train))(keys, data, prior)
-        probs = jax.vmap(lambda s: jax.vmap(
-            lambda i: jax.nn.softmax(agent.enn.apply(s, x, i))[:, 1])(jnp.arange(10)))(states)
+        probs = jax.jit(jax.vmap(lambda s: jax.vmap(
+            lambda i: jax.nn.softmax(agent.enn.apply(s, x, i))[:, 1])(jnp.arange(10))))(states)
         return np.asarray(probs.var(axis=1))  # [seed, input]
 
     plain = disagreement(ensemble.make_ensemble_agent(
@@ -263,3 +267,249 @@ def test_sweep_varies_one_factor_at_a_time_around_the_default():
 def test_bad_configs_are_rejected(field, value, message):
     with pytest.raises(ValueError, match=message):
         ensemble_plus.EnsemblePlusConfig(**{field: value})
+
+
+# Prior functions (paper section 5.3, Figure 7, appendix D.3).
+
+
+def _train_before_prior_functions(config, key, data, prior):
+    """ensemble+'s train as it was before ``prior_function`` existed: the environment's MLP prior
+    read x. Kept here, op for op, so that the default can be checked bit for bit against it."""
+    keys = ensembling.split_keys(key)
+    num_train = data.x.shape[0]
+    params = ensemble_plus.init_trained_members(
+        keys.init, config.num_ensemble, prior.input_dim, (*config.hidden, prior.num_classes))
+    prior_params = ensembling.init_members(
+        keys.prior, config.num_ensemble, prior.input_dim,
+        (*prior.env_hidden, prior.num_classes), first_bias_stddev=1.0 / prior.input_dim**0.5)
+    scale = ensembling.prior_function_scale(
+        config.prior_scale, prior.temperature, config.temperature_scaling)
+    prior_logits = scale * ensembling.apply_members(prior_params, data.x)
+    weights = ensemble_plus.bootstrap_weights(
+        keys.bootstrap, config.bootstrap, config.num_ensemble, num_train)
+    decay = training.weight_decay_scale(
+        config.l2_weight_decay, prior, config.adaptive_weight_scale, config.num_ensemble)
+    optimizer = training.adam_with_l2(config.learning_rate, decay)
+
+    def loss_fn(key, params, batch):
+        del key
+        ids = batch.x
+        logits = ensembling.apply_members(params, data.x[ids]) + prior_logits[:, ids]
+        xent = ensembling.member_cross_entropy(logits, batch.y)
+        return (weights[:, ids] * xent).mean()
+
+    point_ids = base.Data(x=jnp.arange(num_train), y=data.y)
+    params, _ = training.train_minibatch(
+        keys.train, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size)
+    return params, prior_params, scale
+
+
+def _all_members(apply, state, x, num_members):
+    """Every member's logits at x, ``[num_members, n, K]``, in one jitted call."""
+    return jax.jit(jax.vmap(apply, in_axes=(None, None, 0)))(state, x, jnp.arange(num_members))
+
+
+def _prior_only(state):
+    """The state with its trained members zeroed, so enn.apply returns scale * p_m(x) alone."""
+    return state._replace(params=jax.tree.map(jnp.zeros_like, state.params))
+
+
+def test_the_default_prior_function_gives_the_same_numbers_as_before(trained):
+    """The trained fixture (default prior function) against the code before the option."""
+    agent, data, prior, state, _ = trained
+    assert SMALL.prior_function == "environment" and state.encoder is None
+    old_train = jax.jit(lambda k, d, p: _train_before_prior_functions(SMALL, k, d, p))
+    params, prior_params, scale = old_train(jax.random.key(0), data, prior)
+    for a, b in zip(jax.tree.leaves((state.params, state.prior_params, state.prior_scale)),
+                    jax.tree.leaves((params, prior_params, scale)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    x = jax.random.normal(jax.random.key(3), (9, 2))
+    old = jax.jit(jax.vmap(lambda i: networks.apply_mlp(ensembling.select_member(params, i), x)
+                           + scale * networks.apply_mlp(
+                               ensembling.select_member(prior_params, i), x)))(
+        jnp.arange(SMALL.num_ensemble))
+    np.testing.assert_array_equal(_all_members(agent.enn.apply, state, x, SMALL.num_ensemble), old)
+
+
+def test_the_linear_prior_is_an_affine_function_of_x_and_the_environment_prior_is_not(trained):
+    """f(a x1 + (1 - a) x2) = a f(x1) + (1 - a) f(x2) for the prior logits f, a in [-1, 2].
+
+    Tolerance: both sides are float32 sums of d = 2 products plus a few scalings, so they differ
+    by a few ulps of the largest term; 1e-5 times (1 + max |f|) is ~100 ulps."""
+    data, prior = _toy_problem()
+    config = dataclasses.replace(SMALL, prior_function="linear", num_steps=1)
+    agent = ensemble_plus.make_ensemble_plus_agent(config)
+    state = jax.jit(agent.train)(jax.random.key(0), data, prior)
+    # One layer, drawn like the environment's output layer from the prior key: zero bias.
+    member_keys = jax.random.split(ensembling.split_keys(jax.random.key(0)).prior,
+                                   config.num_ensemble)
+    expected = jax.jit(jax.vmap(lambda k: networks.init_mlp(k, 2, (2,))))(member_keys)
+    for a, b in zip(jax.tree.leaves(state.prior_params), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert not np.any(state.prior_params[0]["b"])
+    k1, k2, k3 = jax.random.split(jax.random.key(4), 3)
+    x1, x2 = jax.random.normal(k1, (50, 2)), jax.random.normal(k2, (50, 2))
+    a = jax.random.uniform(k3, (50, 1), minval=-1.0, maxval=2.0)
+
+    def affine_gap(agent, state, num_members):
+        x = jnp.concatenate([a * x1 + (1 - a) * x2, x1, x2])  # one call, one compilation
+        f = np.split(_all_members(agent.enn.apply, _prior_only(state), x, num_members), 3, axis=1)
+        gap = np.abs(f[0] - (a * f[1] + (1 - a) * f[2])).max()
+        return gap, 1e-5 * (1 + max(np.abs(v).max() for v in f))
+
+    gap, tolerance = affine_gap(agent, state, config.num_ensemble)
+    assert gap <= tolerance, (gap, tolerance)
+    # The same check tells the environment's MLP prior (the trained fixture's) apart.
+    env_agent, _, _, env_state, _ = trained
+    gap, tolerance = affine_gap(env_agent, env_state, SMALL.num_ensemble)
+    assert gap > 1e3 * tolerance, (gap, tolerance)
+
+
+PLANE_SCALE = 3.0  # standard deviation of the inputs along the plane
+VAE_CONFIG = dataclasses.replace(SMALL, prior_function="vae", vae_steps=200, num_steps=20)
+
+
+def _plane_problem(key, num_train=20, input_dim=5, num_classes=3):
+    """Inputs near a 2-d plane in 5-d: PLANE_SCALE * z along it, 0.05 noise off it."""
+    plane_key, z_key, noise_key, label_key = jax.random.split(key, 4)
+    basis, _ = jnp.linalg.qr(jax.random.normal(plane_key, (input_dim, 2)))
+    x = (PLANE_SCALE * jax.random.normal(z_key, (num_train, 2)) @ basis.T
+         + 0.05 * jax.random.normal(noise_key, (num_train, input_dim)))
+    y = jnp.argmax(x @ jax.random.normal(label_key, (input_dim, num_classes)), axis=-1)
+    return base.Data(x=x, y=y.astype(jnp.int32))
+
+
+@pytest.fixture(scope="module")
+def vae_trained():
+    """ensemble+ with the VAE prior on two plane problems, temperatures 0.1 and 1 (traced)."""
+    data = [_plane_problem(k) for k in jax.random.split(jax.random.key(30), 2)]
+    data = jax.tree.map(lambda *leaves: jnp.stack(leaves), *data)
+    prior = base.PriorKnowledge(input_dim=5, num_classes=3, num_train=20, env_hidden=(50, 50),
+                                temperature=jnp.array([0.1, 1.0]))
+    keys = jax.random.split(jax.random.key(31), 2)
+    agent = ensemble_plus.make_ensemble_plus_agent(VAE_CONFIG)
+    return agent, keys, data, jax.jit(jax.vmap(agent.train))(keys, data, prior)
+
+
+def test_the_vae_fit_raises_the_elbo_and_its_encoder_mean_is_the_agents(vae_trained):
+    """The ELBO on the 20 training inputs, averaged over 200 latent samples, gains at least
+    half of what modelling the plane is worth, over the initial VAE and over any latent-free one.
+
+    That worth: the best latent-free model (decoder constant at the mean, q = prior, KL = 0)
+    has ELBO -0.5 mean|x - mean|^2 - 2.5 log(2 pi); the best linear-Gaussian one with unit
+    noise, N(mean, W W^T + I), has a log-likelihood higher by 0.5 sum_i (l_i - 1 - log l_i)
+    over the eigenvalues l_i > 1 of the inputs' covariance, which a VAE with Gaussian q can
+    reach. Here l = 5.4 and 8.6 (9 in expectation), worth 4.1 nats; the fit gains about 4.7
+    over the initial VAE and 3.9 over the latent-free bound; half the worth is 2.0.
+    """
+    agent, keys, data, states = vae_trained
+    x = data.x[0]
+    prior_key = ensembling.split_keys(keys[0]).prior
+    _, init_key, vae_key = jax.random.split(prior_key, 3)
+
+    def init_and_fit(init_key, vae_key, x):
+        initial = ensemble_plus.init_vae(init_key, 5)
+        return initial, *ensemble_plus.train_vae(
+            vae_key, initial, x, VAE_CONFIG.vae_steps, "gaussian")
+
+    initial, fitted, elbos = jax.jit(init_and_fit)(init_key, vae_key, x)
+    assert elbos.shape == (VAE_CONFIG.vae_steps,) and np.all(np.isfinite(elbos))
+    elbo = jax.jit(lambda params: jax.vmap(
+        lambda k: ensemble_plus.vae_elbo(k, params, x, "gaussian"))(
+        jax.random.split(jax.random.key(5), 200)).mean())
+    eigenvalues = np.linalg.eigvalsh(np.cov(np.asarray(x, np.float64), rowvar=False, ddof=0))
+    big = eigenvalues[eigenvalues > 1]
+    worth = 0.5 * np.sum(big - 1 - np.log(big))
+    latent_free = -0.5 * np.sum(eigenvalues) - 2.5 * np.log(2 * np.pi)
+    before, after = float(elbo(initial)), float(elbo(fitted))
+    assert worth > 2 and after - max(before, latent_free) > 0.5 * worth, (
+        before, after, latent_free, worth)
+    # The agent keeps that fit's encoder mean, x -> mu(x) in 2-d.
+    encoder = jax.tree.map(lambda leaf: leaf[0], states.encoder)
+    assert [layer["w"].shape for layer in encoder] == [(5, 128), (128, 64), (64, 2)]
+    for a, b in zip(jax.tree.leaves(encoder),
+                    jax.tree.leaves(ensemble_plus.vae_encoder_mean(fitted)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_the_vae_prior_reads_x_only_through_the_2d_encoder_mean(vae_trained):
+    """Every member's and class's prior logit has its gradient in x in the span of the two
+    rows of mu's Jacobian: stacked over 4 members x 3 classes, the [12, 5] Jacobian has
+    rank 2 (third singular value < 1e-5 of the first, float32 rounding is ~1e-7)."""
+    agent, _, data, states = vae_trained
+    state = _prior_only(jax.tree.map(lambda leaf: leaf[0], states))
+
+    def prior_logits(x):  # [5] -> [members * classes]
+        return jax.vmap(lambda i: agent.enn.apply(state, x[None], i)[0])(
+            jnp.arange(VAE_CONFIG.num_ensemble)).ravel()
+
+    points = jnp.concatenate([data.x[0, :3], jax.random.normal(jax.random.key(6), (3, 5))])
+    jacobians = np.asarray(jax.jit(jax.vmap(jax.jacfwd(prior_logits)))(points), np.float64)
+    assert jacobians.shape == (6, VAE_CONFIG.num_ensemble * 3, 5)
+    for jacobian in jacobians:
+        singular = np.linalg.svd(jacobian, compute_uv=False)
+        assert singular[2] < 1e-5 * singular[0] and singular[1] > 1e-3 * singular[0], singular
+
+
+def test_the_vae_agent_trains_under_jit_and_vmap_with_a_traced_temperature(vae_trained):
+    agent, _, _, states = vae_trained
+    np.testing.assert_allclose(states.prior_scale, 3.0 / np.sqrt([0.1, 1.0]), rtol=1e-6)
+    assert states.prior_params[0]["w"].shape == (2, VAE_CONFIG.num_ensemble, 2, 3)
+    x = jax.random.normal(jax.random.key(7), (8, 5))
+    logits = jax.jit(jax.vmap(lambda s: jax.vmap(lambda i: agent.enn.apply(s, x, i))(
+        jnp.arange(VAE_CONFIG.num_ensemble))))(states)
+    assert logits.shape == (2, VAE_CONFIG.num_ensemble, 8, 3) and np.all(np.isfinite(logits))
+    assert not np.allclose(logits[:, 0], logits[:, 1])  # members differ
+
+
+@pytest.mark.parametrize("decoder", ["gaussian", "bernoulli"])
+def test_the_elbo_is_the_decoders_log_likelihood_minus_the_kl(decoder):
+    """Recomputed in float64 from the same reparameterised sample (inputs in [0, 1])."""
+    key, params = jax.random.key(8), ensemble_plus.init_vae(jax.random.key(9), 5)
+    x = jax.random.uniform(jax.random.key(10), (7, 5))
+    elbo = jax.jit(ensemble_plus.vae_elbo, static_argnums=3)(key, params, x, decoder)
+    def mlp(layers, h):
+        for layer in layers[:-1]:
+            h = np.maximum(h @ layer["w"] + layer["b"], 0)
+        return h @ layers[-1]["w"] + layers[-1]["b"]
+
+    params, x = jax.tree.map(lambda v: np.asarray(v, np.float64), (params, x))
+    out = mlp(params.encoder, x)
+    mean, log_var = out[:, :2], out[:, 2:]
+    z = mean + np.exp(log_var / 2) * np.asarray(jax.random.normal(key, (7, 2)), np.float64)
+    decoded = mlp(params.decoder, z)
+    if decoder == "gaussian":
+        log_likelihood = -0.5 * ((x - decoded) ** 2).sum(1) - 2.5 * np.log(2 * np.pi)
+    else:
+        p = 1 / (1 + np.exp(-decoded))
+        log_likelihood = (x * np.log(p) + (1 - x) * np.log(1 - p)).sum(1)
+    kl = 0.5 * (mean**2 + np.exp(log_var) - 1 - log_var).sum(1)
+    np.testing.assert_allclose(elbo, np.mean(log_likelihood - kl), rtol=1e-5)
+
+
+def test_the_prior_sweep_is_figure_7_and_the_fields_are_settable():
+    default = ensemble_plus.EnsemblePlusConfig()
+    assert agents.ensemble_plus_prior_sweep() == (
+        dataclasses.replace(default, prior_scale=0.0),
+        dataclasses.replace(default, prior_function="linear"),
+        dataclasses.replace(default, prior_function="vae"))
+    assert (default.vae_steps, default.vae_decoder) == (10_000, "gaussian")
+    config = agents.parse_overrides(
+        agents.get_agent("ensemble+"),
+        ["prior_function=vae", "vae_steps=50", "vae_decoder=bernoulli"])
+    assert config == dataclasses.replace(default, prior_function="vae", vae_steps=50,
+                                         vae_decoder="bernoulli")
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [("prior_function", "gp", "prior_function must be one of 'environment', 'linear', 'vae', "
+                              "got 'gp'"),
+     ("vae_steps", 0, "vae_steps must be >= 1, got 0"),
+     ("vae_decoder", "poisson", "vae_decoder must be one of 'gaussian', 'bernoulli', "
+                                "got 'poisson'")],
+)
+def test_bad_prior_function_options_are_one_clear_error_line(field, value, message):
+    with pytest.raises(ValueError) as error:
+        ensemble_plus.EnsemblePlusConfig(**{field: value})
+    assert str(error.value) == message
