@@ -19,6 +19,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -132,11 +133,28 @@ def _sigint_blocked():
 
 
 def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    """Ends the pool's worker processes now (their units are lost, not half-written)."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    """Ends the pool's worker processes now (their units are lost, not half-written).
+
+    The processes are ended and reaped here; the pool's own shutdown (which frees
+    its queues' semaphores) is waited for a few seconds only: a Ctrl-C can land
+    while this thread holds one of the pool's or a future's locks (inside
+    ``as_completed``), and the pool's manager thread, which needs that lock to fail
+    the cancelled futures, would then never finish (seen as a rare hang).
+    """
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
         with contextlib.suppress(Exception):
             process.terminate()
-    pool.shutdown(wait=True, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+    shutdown = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True},
+                                daemon=True)
+    shutdown.start()
+    shutdown.join(timeout=10)
 
 
 def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
