@@ -13,6 +13,7 @@ the same size whatever the data.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pathlib
@@ -34,6 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_testbed import base, generative
+from neural_testbed.agents import registry
+from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
 
@@ -42,7 +45,10 @@ __all__ = [
     "figure_kl_vs_num_train",
     "figure_kl_vs_time",
     "figure_normalised_kl",
+    "figure_prior_functions",
     "figure_testbed_vs_real",
+    "prior_function_label",
+    "prior_function_ratios",
     "save_figures",
 ]
 
@@ -51,6 +57,7 @@ _SIZE_FIGURE_2 = (10, 4)  # inches; 1000 x 400 pixels
 _SIZE_FIGURES_8_9 = (12, 4)  # 1200 x 400
 _SIZE_FIGURE_10 = (7, 5)  # 700 x 500
 _SIZE_FIGURE_6B = (7, 6)  # 700 x 600
+_SIZE_FIGURE_7 = (10, 7)  # 1000 x 700
 _PANEL_FIGURE_5 = 3  # inches per panel, plus 1 for the colour bar; 4 high
 _SNR = {0.01: "high SNR", 0.1: "medium SNR", 0.5: "low SNR"}  # the paper's temperatures
 _GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
@@ -314,7 +321,9 @@ def save_figures(
     out_dir: str | os.PathLike,
     baseline: str = "mlp",
 ) -> list[pathlib.Path]:
-    """Writes figure2.png, figure8.png, figure9.png and figure10.png into ``out_dir``.
+    """Writes figure2.png, figure8.png, figure9.png and figure10.png into ``out_dir``,
+    and figure7.png where the rows hold ensemble+ configs with two or more prior
+    functions (:func:`figure_prior_functions`).
 
     Figures 2, 8 and 9 use per-setting tuning (the best config per
     (temperature, T), as the paper does), so the three show the same tuned
@@ -343,13 +352,110 @@ def save_figures(
     settings = scoring.kl_by_setting(rows, problems, tuning="per-setting")
     global_tuned = scoring.score_agents(rows, problems, tuning="global", baseline=baseline)[0]
     base_kl_100 = next((r["kl_100"] for r in global_tuned if r["agent"] == baseline), math.nan)
-    return [
+    paths = [
         figure_normalised_kl(tuned, out_dir / "figure2.png", baseline),
         figure_kl_vs_num_train(settings, 1, out_dir / "figure8.png", baseline),
         figure_kl_vs_num_train(settings, 100, out_dir / "figure9.png", baseline),
         figure_kl_vs_time(scoring.score_candidates(rows, problems), base_kl_100,
                           out_dir / "figure10.png", baseline),
     ]
+    priors = {prior_function_label(json.loads(r["config"]) or {}) for r in rows
+              if r["agent"] == "ensemble+" and r["problem_id"] in problems}
+    if len(priors) >= 2:
+        paths.append(figure_prior_functions(rows, problems, out_dir / "figure7.png",
+                                            baseline=baseline))
+    return paths
+
+
+def prior_function_label(config: Mapping[str, Any]) -> str:
+    """An ensemble+ config's prior, as Figure 7 names it: none, or its prior function."""
+    if not config.get("prior_scale"):
+        return "none"
+    return config.get("prior_function", "environment")
+
+
+def prior_function_ratios(
+    rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any], agent: str = "ensemble+",
+    baseline: str = "mlp",
+) -> dict[tuple[Any, int, str], dict[int, list[float]]]:
+    """Figure 7's numbers: (stratum's first coordinate, tau, prior) -> T -> per-seed ratios
+    of the agent's value to the baseline default config's on the same problem and tau."""
+    base_hash = configs_lib.config_hash(baseline, registry.get_agent(baseline).default)
+    base = {(r["problem_id"], r["tau"]): r["kl"] for r in rows
+            if r["agent"] == baseline and r["config_hash"] == base_hash and r["status"] == "ok"}
+    ratios: dict[tuple[Any, int, str], dict[int, list[float]]] = {}
+    for r in rows:
+        key = (r["problem_id"], r["tau"])
+        if r["agent"] != agent or r["status"] != "ok" or key not in base or \
+                r["problem_id"] not in problems or not base[key] > 0:
+            continue
+        problem = problems[r["problem_id"]]
+        label = prior_function_label(json.loads(r["config"]) or {})
+        cell = ratios.setdefault((problem.stratum[0], r["tau"], label), {})
+        cell.setdefault(problem.num_train, []).append(r["kl"] / base[key])
+    return ratios
+
+
+def figure_prior_functions(
+    rows: Iterable[Mapping[str, Any]],
+    problems: Mapping[str, Any],
+    path: str | os.PathLike,
+    agent: str = "ensemble+",
+    baseline: str = "mlp",
+) -> pathlib.Path:
+    """The paper's Figure 7: ensemble+ with each prior function, relative to the baseline.
+
+    One panel per (tau, dataset); per prior function (``none`` when prior_scale
+    is 0, else ``prior_function``), the mean over seeds of the agent's NLL
+    divided by the baseline default config's on the same problem, against T,
+    with its standard error over seeds. Below 1 the prior helps.
+
+    Args:
+      rows: stored rows with ``agent`` configs differing in their prior and the
+        baseline's default config.
+      problems: problem id -> problem (a real-data sweep, or any sweep: panels
+        are the problems' strata's first coordinate).
+      path: the PNG file to write.
+      agent: the agent whose configs are compared.
+      baseline: the agent the NLLs are divided by (its default config).
+
+    Raises:
+      ValueError: if no problem has rows of both the agent and the baseline's default.
+    """
+    ratios = prior_function_ratios(rows, problems, agent, baseline)
+    if not ratios:
+        raise ValueError(f"no problem has ok rows of both {agent} and {baseline}'s default "
+                         "config to compare")
+    panels = sorted({(tau, where) for where, tau, _ in ratios}, key=lambda x: (x[0], str(x[1])))
+    taus, wheres = sorted({t for t, _ in panels}), sorted({w for _, w in panels}, key=str)
+    labels = sorted({label for _, _, label in ratios})
+    colours = _colours(labels)
+    figure = _new_figure(_SIZE_FIGURE_7)
+    axes = figure.subplots(len(taus), len(wheres), squeeze=False)
+    for i, tau in enumerate(taus):
+        for j, where in enumerate(wheres):
+            ax = axes[i][j]
+            for label in labels:
+                by_t = ratios.get((where, tau, label))
+                if not by_t:
+                    continue
+                ts = sorted(by_t)
+                means = [float(np.mean(by_t[t])) for t in ts]
+                ses = [float(np.std(by_t[t], ddof=1) / np.sqrt(len(by_t[t])))
+                       if len(by_t[t]) > 1 else 0.0 for t in ts]
+                ax.errorbar(ts, means, yerr=ses, label=label, color=colours[label], marker="o",
+                            markersize=4, capsize=2)
+            ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+            ax.set_xscale("log")
+            ax.set_title(f"{_temperature_title(where)}, tau = {tau}")
+            ax.grid(alpha=0.3)
+            if i == len(taus) - 1:
+                ax.set_xlabel("T (training pairs)")
+            if j == 0:
+                ax.set_ylabel(f"{agent} / {baseline} (mean over seeds)")
+    axes[0][-1].legend(title="prior function", fontsize=8)
+    figure.suptitle(f"{agent} prior functions relative to {baseline} (below 1: the prior helps)")
+    return _save(figure, path)
 
 
 def figure_agent_samples(

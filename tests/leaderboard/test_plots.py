@@ -119,3 +119,44 @@ def test_agent_samples_needs_2d_inputs(tmp_path):
     with pytest.raises(ValueError, match="input_dim=3"):
         plots.figure_agent_samples(jax.random.key(0), agent, problem, tmp_path / "f5.png")
     assert not (tmp_path / "f5.png").exists()
+
+
+def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp_path):
+    """Figure 7 on two real datasets: each ensemble+ prior's NLL over mlp's default on the
+    same problem. Rows are made so every ratio is known: none 1.0, linear 0.8, vae 0.5."""
+    import json
+
+    from neural_testbed.leaderboard import configs as configs_lib
+
+    real = {pid: p for pid, p in leaderboard.get_sweep("real-quick").items()
+            if p.dataset in ("iris", "digits")}
+    base_hash = configs_lib.config_hash("mlp", agents.get_agent("mlp").default)
+    default = agents.get_agent("ensemble+").default
+    rows = []
+    for p in real.values():
+        for tau in p.taus:
+            nll = (1 + p.seed) * tau / p.num_train
+            rows.append({**_row("mlp", base_hash, p, tau, nll)})
+            rows.append({**_row("mlp", "other", p, tau, 100 * nll)})  # not the default: ignored
+            for config, ratio in ((dataclasses.replace(default, prior_scale=0.0), 1.0),
+                                  (dataclasses.replace(default, prior_function="linear"), 0.8),
+                                  (dataclasses.replace(default, prior_function="vae"), 0.5)):
+                rows.append({**_row("ensemble+", configs_lib.config_hash("ensemble+", config),
+                                    p, tau, ratio * nll),
+                             "config": configs_lib.config_json(config)})
+    labels = {plots.prior_function_label(json.loads(r["config"])) for r in rows
+              if r["agent"] == "ensemble+"}
+    assert labels == {"none", "linear", "vae"}
+    ratios = plots.prior_function_ratios(rows, real)
+    assert {where for where, _, _ in ratios} == {"iris", "digits"}
+    for (_, _, label), by_t in ratios.items():
+        expected = {"none": 1.0, "linear": 0.8, "vae": 0.5}[label]
+        assert all(abs(v - expected) < 1e-12 for values in by_t.values() for v in values)
+        assert all(len(values) == 2 for values in by_t.values())  # 2 seeds per (dataset, T)
+    path = plots.figure_prior_functions(rows, real, tmp_path / "f7.png")
+    assert _png_size(path) == (1000, 700)  # 2 taus x 2 datasets
+    paths = plots.save_figures(rows, real, tmp_path / "all")
+    assert tmp_path / "all" / "figure7.png" in paths
+    with pytest.raises(ValueError, match="no problem has ok rows of both ensemble\\+ and mlp"):
+        plots.figure_prior_functions([r for r in rows if r["agent"] != "mlp"], real,
+                                     tmp_path / "none.png")
