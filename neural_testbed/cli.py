@@ -150,7 +150,9 @@ def _parser() -> argparse.ArgumentParser:
         "plot", parents=[common, db, sweep_choice],
         help="save the paper's figures as PNG files",
         description="Save Figure 2 (normalised KL per agent), Figures 8/9 (KL against T, "
-                    "tau = 1 and 100), Figure 10 (normalised KL against time) from the store; "
+                    "tau = 1 and 100), Figure 10 (normalised KL against time) from the store, "
+                    "and Figure 7 (ensemble+ prior functions against mlp) where the store "
+                    "holds ensemble+ configs with two or more prior functions; "
                     "with --agent and --problem, also Figure 5 (the environment beside 4 "
                     "sampled members of the agent).")
     plot.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
