@@ -77,8 +77,16 @@ def test_help_explains_every_run_option(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     out = capsys.readouterr().out
-    for option in ("--agent", "--sweep", "--set", "--output", "--seed", "--estimator"):
+    for option in ("--agent", "--sweep", "--set", "--output", "--seed", "--estimator",
+                   "--problems-per-batch", "--dataset", "--label-column"):
         assert option in out
+    assert "Not an agent's minibatch size" in out
+
+
+def test_batch_size_is_an_alias_of_problems_per_batch():
+    for flag in ("--problems-per-batch", "--batch-size"):
+        args = cli._parser().parse_args(["run", "--agent", "mlp", flag, "3"])
+        assert args.problems_per_batch == 3
 
 
 # Hardening: every bad input or unusable path is one line and status 2, before any work.
