@@ -162,6 +162,10 @@ def _parser() -> argparse.ArgumentParser:
                            "temperature 0.1, T = 10)")
     plot.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                       metavar="KEY=VALUE", help="hyperparameters for the Figure 5 agent")
+    plot.add_argument("--real-sweep", choices=["real", "real-quick"],
+                      help="also Figure 6b (figure6b.png): each config's score on this real-data "
+                           "sweep against its score on --sweep, for every agent with rows on "
+                           "both (see `correlate`)")
 
     correlate = commands.add_parser(
         "correlate", parents=[common, db, fmt],
@@ -532,7 +536,19 @@ def _cmd_plot(args) -> int:
         if args.problem not in paper:
             raise ValueError(f"unknown problem {args.problem!r}; see `neural-testbed problems "
                              "--sweep paper`")
+    records = None
+    if args.real_sweep:  # computed before any figure is drawn: a bad pairing is one line
+        real = problems_lib.get_sweep(args.real_sweep)
+        on_both = ({r["agent"] for r in rows if r["problem_id"] in problems}
+                   & {r["agent"] for r in rows if r["problem_id"] in real})
+        if not on_both:
+            raise ValueError(f"no agent has rows on both {args.sweep} and {args.real_sweep} "
+                             f"in {args.db}")
+        records = correlation.correlate(rows, problems, real, sorted(on_both))
     paths = plots.save_figures(rows, problems, args.out)
+    if records is not None:
+        paths.append(plots.figure_testbed_vs_real(records, pathlib.Path(args.out) /
+                                                  "figure6b.png"))
     if args.agent:
         import jax
 

@@ -260,6 +260,19 @@ def test_correlate_command_writes_figure_6b(store, tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_with_a_real_sweep_also_writes_figure_6b(store, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "figures"
+    assert cli.main(["plot", "--sweep", "quick", "--real-sweep", "real-quick", "--db", str(store),
+                     "--out", str(out)]) == 0
+    assert f"wrote {out / 'figure6b.png'}" in capsys.readouterr().out
+    assert (out / "figure6b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cli.main(["plot", "--sweep", "real-quick", "--real-sweep", "real-quick", "--db",
+                     str(store), "--out", str(tmp_path / "bad")]) == 2
+    assert "the synthetic sweep must hold synthetic (d_KL) problems only" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, fragments", [
     (["--agent", "nope"], ["--agent 'nope': no such agent", "results for mlp, toy"]),
     (["--agent", AGENT, "--synthetic-sweep", "real-quick"],
