@@ -23,8 +23,11 @@ from neural_testbed import leaderboard
 pytestmark = pytest.mark.slow
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-RUN = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=100", "--problems-per-batch", "1"]
-TOTAL_ROWS = 4 * 2  # problems x taus
+# The quick sweep (18 problems, one per work unit): long enough that the command is
+# still running when the signal arrives, even with every program in the compilation cache.
+RUN = ["run", "--agent", "mlp", "--sweep", "quick", "--set", "num_steps=100",
+       "--problems-per-batch", "1"]
+TOTAL_ROWS = 18 * 2  # problems x taus
 INTERRUPTED = ("neural-testbed: interrupted; everything computed so far is in the store, "
                "rerun the same command to continue")
 
@@ -90,7 +93,7 @@ def _interrupt(tmp_path, name, extra=(), after_rows=False):
     db = workdir / "r.db"
     command = _Command([*RUN, *extra, "--db", str(db)], workdir)
     try:
-        _wait_for(lambda: "0/4" in command.err, command.proc, "a progress bar")
+        _wait_for(lambda: "0/18" in command.err, command.proc, "a progress bar")
         if after_rows:
             _wait_for(lambda: _count(db) >= 2, command.proc, "a stored row")
         os.killpg(command.proc.pid, signal.SIGINT)  # as Ctrl-C in a terminal
