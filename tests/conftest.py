@@ -9,6 +9,15 @@ and the compiler flags, so it never changes a number.
 
 ``pytest --cache-clear`` starts cold; ``JAX_COMPILATION_CACHE_DIR`` puts the cache
 elsewhere; with ``-p no:cacheprovider`` each session gets a fresh temporary one.
+
+The tests also compile with XLA's backend optimisations off
+(``JAX_DISABLE_MOST_OPTIMIZATIONS=1``, inherited by the commands they start): the
+programs are the same, LLVM just does not optimise them, which halves compile times
+(hypermodel's training program: 4.4 s -> 2.2 s) and cut the cold suite from 616 s to
+454 s on the 2-core machine. Results agree with optimised code to float32 rounding
+(the order of a few float operations may differ), so a test that compares two
+programs bit for bit compares programs compiled alike. ``JAX_DISABLE_MOST_OPTIMIZATIONS=0``
+tests optimised code.
 """
 
 import os
@@ -19,6 +28,7 @@ _SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # cache every program
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
     "JAX_COMPILATION_CACHE_MAX_SIZE": str(1 << 30),  # bytes; least recently used go first
+    "JAX_DISABLE_MOST_OPTIMIZATIONS": "1",  # compile fast, run slower (module docstring)
 }
 
 
@@ -36,5 +46,8 @@ def pytest_configure(config):
 
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
         for name in _SETTINGS:
-            jax.config.update(name.lower(), type(jax.config.values[name.lower()])(
-                os.environ[name]))
+            current = jax.config.values[name.lower()]
+            value = os.environ[name]
+            jax.config.update(name.lower(), value.lower() in ("1", "true") if isinstance(
+                current, bool) else type(current)(value))
+

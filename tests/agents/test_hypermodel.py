@@ -240,7 +240,9 @@ def test_bootstrap_weights_have_the_stated_distribution(bootstrap, index_dim):
     else:
         assert set(np.unique(weights)) == {0.0, 2.0}
     # A function of the index: the same index gives the same weights.
-    np.testing.assert_array_equal(jax.jit(weight_fn)(zs[0], ids), weights[0])
+    # One draw alone equals the batched draws to float32 rounding (the two programs may
+    # order a few float operations differently).
+    np.testing.assert_allclose(jax.jit(weight_fn)(zs[0], ids), weights[0], rtol=1e-6)
     # Different across indices and across points.
     assert not np.array_equal(weights[0], weights[1])
     assert not np.array_equal(weights[:, 0], weights[:, 1])

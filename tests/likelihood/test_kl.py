@@ -34,9 +34,12 @@ def test_true_environment_has_zero_kl(tau):
 
 @pytest.mark.parametrize("tau", [1, 100])
 def test_true_environment_as_plain_sampler_has_zero_kl(tau):
-    """M = 1000 fresh keys per test sample of a sampler that ignores its key: exact."""
+    """M = 100 fresh keys per test sample of a sampler that ignores its key: exact
+    whatever N and M (both cut to 100: every sample is a forward pass of the environment)."""
     sampler = lambda x, key: generative.environment_logits(ENV, x)
-    ev = likelihood.evaluate_sampler(jax.random.key(1), sampler, _test(jax.random.key(2), tau), 2)
+    ev = likelihood.evaluate_sampler(jax.random.key(1), sampler,
+                                     _test(jax.random.key(2), tau, num_test=100), 2,
+                                     num_samples=100)
     assert abs(float(ev.kl)) < 1e-5
 
 
@@ -99,11 +102,13 @@ def test_reported_stderr_matches_the_spread_of_repeated_evaluations(tau):
 
 def test_reported_stderr_matches_the_spread_through_a_plain_sampler():
     """The same through ``evaluate_sampler``: every (test sample, belief sample) is a
-    distinct network (M x N = 9 x 10^4 of them), same bounds."""
+    distinct network (M x N = 4 x 10^4 of them), same bounds. N = M = 200: with N = M
+    the shared draws' error and the reported one shrink alike, so 200 shows a
+    shared-draws error as well as 300 does."""
     sampler = lambda x, key: x @ _MIXTURE_WEIGHTS[jax.random.randint(key, (), 0, 100)]
     evaluate = lambda key, test: likelihood.evaluate_sampler(key, sampler, test, 2,
-                                                             num_samples=300)
-    assert 0.6 <= _spread_ratio(evaluate, 100, 300) <= 1.5
+                                                             num_samples=200)
+    assert 0.6 <= _spread_ratio(evaluate, 100, 200) <= 1.5
 
 
 def _three_member_enn(num_indices):
