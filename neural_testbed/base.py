@@ -30,6 +30,7 @@ __all__ = [
     "ProblemResult",
     "TestSamples",
     "as_sampler",
+    "ood_key",
     "problem_keys",
     "sampler_as_enn",
 ]
@@ -140,11 +141,18 @@ Metric = Literal["kl", "nll"]  # d_KL where the exact likelihood is known, else 
 
 
 class TestSamples(NamedTuple):
-    """N independent test tau-samples, and the exact log-likelihood of their labels."""
+    """N independent test tau-samples, and the exact log-likelihood of their labels.
+
+    ``ood_x`` holds one out-of-distribution input per test sample (each family
+    says how it draws them); the evaluator scores the agent's confidence and
+    uncertainty on them (:mod:`neural_testbed.diagnostics`) with the same
+    belief samples, never its KL.
+    """
 
     x: jax.Array  # [num_test, tau, input_dim]
     y: jax.Array  # [num_test, tau] int32
     log_likelihood: jax.Array | None  # [num_test], or None where it is not known (real data)
+    ood_x: jax.Array | None = None  # [num_test, input_dim], or None: no rejection diagnostics
 
 
 class ProblemInstance(NamedTuple):
@@ -235,6 +243,16 @@ def problem_keys(key_seed: int | jax.Array) -> ProblemKeys:
     return ProblemKeys(*jax.random.split(jax.random.key(key_seed), 3))
 
 
+# fold_in data for the out-of-distribution stream of a test key: far from the small
+# counters that split(key) uses, so adding these inputs left every test sample as it was.
+_OOD_STREAM = 2**31 - 1
+
+
+def ood_key(test_key: jax.Array) -> jax.Array:
+    """The key of a test draw's out-of-distribution inputs, a stream of its own."""
+    return jax.random.fold_in(test_key, _OOD_STREAM)
+
+
 @dataclasses.dataclass(frozen=True)
 class ProblemResult:
     """One evaluation of one trained agent config on one problem at one tau.
@@ -268,6 +286,7 @@ class ProblemResult:
     eval_seconds: float  # evaluating at this tau, compilation excluded
     status: str = "ok"  # "ok" or "failed"
     error: str = ""  # what went wrong when status == "failed"
+    diagnostics: str | None = None  # JSON of neural_testbed.diagnostics.as_record, if computed
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -58,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
                          help="joint log-likelihood estimator: monte_carlo (Algorithm 3), "
                               "partition (Algorithm 4), or auto = monte_carlo for tau < 10, "
                               "partition otherwise (default)")
+    compute.add_argument("--taus", default=None, metavar="T1,T2,...",
+                         help="evaluate each trained agent at these taus instead of 1 and 100, "
+                              "e.g. 1,2,5,10,20,50,100 for `plot`'s d_KL^tau / tau curve (with "
+                              "--estimator auto, the first tau >= 10 is also evaluated with "
+                              "monte_carlo, stored as such)")
     compute.add_argument("--problems-per-batch", "--batch-size", type=int, default=None,
                          metavar="N", dest="problems_per_batch",
                          help="problems of one shape trained together, a work unit (default: "
@@ -251,12 +257,29 @@ def _cmd_agents() -> int:
 
 def _sweep_problems(args) -> Mapping[str, Any]:
     """The problems the command works on: ``--dataset FILE``'s, else ``--sweep``'s."""
+    taus = _parse_taus(args.taus) if getattr(args, "taus", None) else None  # before any work
     if args.dataset:
         args.sweep = pathlib.Path(args.dataset).name  # for messages
-        return generative.file_problems(args.dataset, args.label_column)
-    if args.label_column:
+        problems = generative.file_problems(args.dataset, args.label_column)
+    elif args.label_column:
         raise ValueError("--label-column goes with --dataset FILE.csv")
-    return problems_lib.get_sweep(args.sweep)
+    else:
+        problems = problems_lib.get_sweep(args.sweep)
+    if taus:
+        problems = {pid: dataclasses.replace(p, taus=taus) for pid, p in problems.items()}
+    return problems
+
+
+def _parse_taus(text: str) -> tuple[int, ...]:
+    """``"1,2,5"`` -> ``(1, 2, 5)``: distinct integers >= 1, in increasing order."""
+    try:
+        taus = sorted({int(t) for t in text.split(",")})
+    except ValueError:
+        taus = []
+    if not taus or taus[0] < 1:
+        raise ValueError(f"--taus {text!r}: expected integers >= 1 separated by commas, "
+                         "e.g. 1,2,5,10,20,50,100")
+    return tuple(taus)
 
 
 def _cmd_problems(args) -> int:

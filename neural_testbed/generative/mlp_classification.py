@@ -107,6 +107,10 @@ def sample_train_data(key: jax.Array, env: Environment, num_train: int) -> base.
     return base.Data(x=x, y=y.astype(jnp.int32))
 
 
+# Standard deviation of the out-of-distribution inputs; the training and test inputs have 1.
+OOD_SCALE = 3.0
+
+
 @functools.partial(jax.jit, static_argnames=("num_test", "tau"))
 def sample_test_data(
     key: jax.Array, env: Environment, num_test: int, tau: int
@@ -115,6 +119,9 @@ def sample_test_data(
 
     Each tau-sample is tau inputs drawn i.i.d. from ``N(0, I)`` with labels from
     the environment; its log-likelihood is the sum of ``log P(y_t | env, x_t)``.
+    Its out-of-distribution input is drawn from ``N(0, OOD_SCALE^2 I)``: mostly
+    farther from the origin than any training input, where the environment
+    still defines labels but the agent saw none.
     """
     _check_positive_int("num_test", num_test)
     _check_positive_int("tau", tau)
@@ -125,7 +132,8 @@ def sample_test_data(
     log_probs = jax.nn.log_softmax(logits)
     log_lik = jnp.take_along_axis(log_probs, y[..., None], axis=-1)[..., 0].sum(-1)
     chex.assert_shape([y, log_lik], [(num_test, tau), (num_test,)])
-    return base.TestSamples(x=x, y=y, log_likelihood=log_lik)
+    ood_x = OOD_SCALE * jax.random.normal(base.ood_key(key), (num_test, _input_dim(env)))
+    return base.TestSamples(x=x, y=y, log_likelihood=log_lik, ood_x=ood_x)
 
 
 # Changing how a problem's randomness derives from its definition changes every

@@ -40,6 +40,7 @@ NUM_HYPERPLANES = 10  # Algorithm 4's d on real data (paper, appendix A.3)
 ENV_HIDDEN = (50, 50)  # told to agents that draw prior functions like the testbed's environment
 NUM_TRAIN_GRID = (1, 10, 100, 1000)  # and the whole training split ("full")
 NUM_SEEDS = 10
+OOD_NOISE = 3.0  # std of the noise that shifts a test row out of distribution
 PROBLEM_VERSION = 1
 
 
@@ -120,8 +121,16 @@ class RealClassificationProblem:
         return base.ProblemInstance(data, prior, {"x": args["x_test"], "y": args["y_test"]})
 
     def sample_test(self, key: jax.Array, env, tau: int) -> base.TestSamples:
+        """Test rows drawn with replacement; each tau-sample's out-of-distribution input
+        is a random test row plus ``N(0, OOD_NOISE^2)`` noise in every (standardised)
+        feature, a shift of the test split (the bundled datasets differ in input
+        dimension, so one cannot stand in for another)."""
         rows = jax.random.randint(key, (self.num_test, tau), 0, self.num_test_split)
-        return base.TestSamples(x=env["x"][rows], y=env["y"][rows], log_likelihood=None)
+        row_key, noise_key = jax.random.split(base.ood_key(key))
+        shifted = env["x"][jax.random.randint(row_key, (self.num_test,), 0, self.num_test_split)]
+        ood_x = shifted + OOD_NOISE * jax.random.normal(noise_key, shifted.shape)
+        return base.TestSamples(x=env["x"][rows], y=env["y"][rows], log_likelihood=None,
+                                ood_x=ood_x)
 
     def instance(self) -> base.ProblemInstance:
         """The training rows, prior knowledge and test split, computed now."""

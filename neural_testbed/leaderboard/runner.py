@@ -10,6 +10,7 @@ time, so one failing problem gets a failed row and the others still run.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from neural_testbed import base
+from neural_testbed import base, diagnostics
 from neural_testbed.agents import host
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.likelihood import kl
@@ -65,10 +66,12 @@ class BatchRunner:
                 return jax.vmap(agent.train)(agent_keys, instances.data, instances.prior)
 
             self._programs["train"] = train
-        for tau in template.taus:
+        # Every evaluation at one tau sees the same test samples and belief samples.
+        self.evaluations = kl.evaluations(template.taus, estimator)
+        for tau, tau_estimator in self.evaluations:
             evaluate_one = kl.make_evaluator(
                 enn, tau, template.num_classes, template.num_test,
-                template.num_samples, estimator, num_hyperplanes=template.num_hyperplanes)
+                template.num_samples, tau_estimator, num_hyperplanes=template.num_hyperplanes)
 
             def evaluate(test_keys, states, envs, tau=tau, evaluate_one=evaluate_one):
                 def one(args):
@@ -77,7 +80,7 @@ class BatchRunner:
                     return evaluate_one(eval_key, state, template.sample_test(data_key, env, tau))
                 return jax.lax.map(one, (test_keys, states, envs))
 
-            self._programs[f"evaluate{tau}"] = evaluate
+            self._programs[f"evaluate{tau}/{tau_estimator}"] = evaluate
 
     def _call(self, name: str, *args) -> tuple[Any, float, float]:
         """Runs program ``name``; returns (result, compile seconds, run seconds)."""
@@ -102,19 +105,19 @@ class BatchRunner:
         compile_seconds = build_compile + train_compile
         evaluations = {}
         try:
-            for tau in self.template.taus:
+            for tau, estimator in self.evaluations:
                 ev, eval_compile, eval_run = self._call(
-                    f"evaluate{tau}", test_keys, states, instances.env)
+                    f"evaluate{tau}/{estimator}", test_keys, states, instances.env)
                 compile_seconds += eval_compile
-                evaluations[tau] = jax.device_get(ev), eval_run / num_real
+                evaluations[tau, estimator] = jax.device_get(ev), eval_run / num_real
         finally:
             if self._host_agent is not None:
                 self._host_states.clear()
         return [
-            self._row(p, tau, ev, i, (build_run + train_run) / num_real,
+            self._row(p, tau, estimator, ev, i, (build_run + train_run) / num_real,
                       compile_seconds / num_real, eval_seconds)
             for i, p in enumerate(batch[:num_real])
-            for tau, (ev, eval_seconds) in evaluations.items()
+            for (tau, estimator), (ev, eval_seconds) in evaluations.items()
         ]
 
     def _train_on_host(self, agent_keys, instances, num_real) -> tuple[jax.Array, float, float]:
@@ -135,8 +138,8 @@ class BatchRunner:
         handles += [handles[-1]] * (len(agent_keys) - num_real)
         return np.array(handles, np.int32), 0.0, time.perf_counter() - start
 
-    def _row(self, problem, tau, ev: kl.Evaluation, i, train_seconds, compile_seconds,
-             eval_seconds) -> base.ProblemResult:
+    def _row(self, problem, tau, estimator, ev: kl.Evaluation, i, train_seconds,
+             compile_seconds, eval_seconds) -> base.ProblemResult:
         values = {name: float(np.asarray(getattr(ev, name))[i])
                   for name in ("kl", "kl_stderr", "accuracy", "ece")}
         status, error = "ok", ""
@@ -146,14 +149,12 @@ class BatchRunner:
             status, error = "failed", (
                 f"the {problem.metric} estimate is not finite ({values['kl']}): the agent gave "
                 "probability 0 to the observed labels of every test sample")
-        return self._result(problem, tau, **values,
-                            num_clipped=int(np.asarray(ev.num_clipped)[i]),
-                            train_seconds=train_seconds, compile_seconds=compile_seconds,
-                            eval_seconds=eval_seconds, status=status, error=error)
-
-    def _result(self, problem, tau, **values) -> base.ProblemResult:
         return result_row(self.agent_name, self.config_hash, self.config_json, problem, tau,
-                          self.estimator, self.agent_seed, **values)
+                          estimator, self.agent_seed, **values,
+                          num_clipped=int(np.asarray(ev.num_clipped)[i]),
+                          train_seconds=train_seconds, compile_seconds=compile_seconds,
+                          eval_seconds=eval_seconds, status=status, error=error,
+                          diagnostics=json.dumps(diagnostics.as_record(ev.diagnostics, i)))
 
 
 def _build_program(template: base.Problem) -> Callable:
@@ -208,11 +209,11 @@ def failed_rows(agent_name: str, config: Any, problems: Sequence[base.Problem],
     config_hash = configs_lib.config_hash(agent_name, config)
     config_json = configs_lib.config_json(config)
     return [
-        result_row(agent_name, config_hash, config_json, p, tau, estimator, agent_seed,
+        result_row(agent_name, config_hash, config_json, p, tau, tau_estimator, agent_seed,
                    kl=nan, kl_stderr=nan, num_clipped=0, accuracy=nan, ece=nan,
                    train_seconds=nan, compile_seconds=nan, eval_seconds=nan,
                    status="failed", error=_error_text(error))
-        for p in problems for tau in p.taus
+        for p in problems for tau, tau_estimator in kl.evaluations(p.taus, estimator)
     ]
 
 

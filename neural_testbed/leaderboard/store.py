@@ -39,7 +39,10 @@ DEFAULT_DB = "neural_testbed_results.db"
 # 2: every problem has its own environment and data (version 1 shared one
 # environment across the settings of a seed index), belief samples are fresh per
 # test sample; rows gained metric, num_clipped and compile_seconds.
-SCHEMA_VERSION = 2
+# 3: rows gained diagnostics (JSON); a version-2 store is read as is (no diagnostics)
+# and gains the column when it is next opened for writing.
+SCHEMA_VERSION = 3
+_ADDED_IN_3 = ("diagnostics", "TEXT")
 
 
 class StoreError(Exception):
@@ -76,6 +79,7 @@ _COLUMNS = (
     ("error", "TEXT NOT NULL"),
     ("version", "TEXT NOT NULL"),
     ("timestamp", "TEXT NOT NULL"),
+    _ADDED_IN_3,  # last, where ALTER TABLE puts it in a migrated store
 )
 COLUMNS = tuple(name for name, _ in _COLUMNS)
 _RESULT_COLUMNS = ("config", "metric", "kl", "kl_stderr", "num_clipped", "accuracy", "ece",
@@ -187,6 +191,7 @@ class ResultsStore:
     def __init__(self, path: str, create: bool = True):
         self.path = str(path)
         self.read_only = not create
+        self._migrate = False  # a schema-2 store, to gain the diagnostics column on writing
         if os.path.isdir(self.path):
             raise StoreError(f"{self.path!r} is a directory, not a results store file")
         exists = os.path.exists(self.path)
@@ -209,6 +214,8 @@ class ResultsStore:
             self._conn.execute("PRAGMA journal_mode = WAL")
             if new:
                 self._create_schema()
+            elif self._migrate:
+                self._add_diagnostics_column()
             else:  # the file passed as ours: take and release the write lock once
                 self._conn.execute("BEGIN IMMEDIATE")
                 self._conn.execute("ROLLBACK")
@@ -231,7 +238,8 @@ class ResultsStore:
         if "meta" in tables:
             row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             version = int(row[0]) if row else None
-            if version != SCHEMA_VERSION:
+            self._migrate = version == 2
+            if version not in (2, SCHEMA_VERSION):
                 writer = self._conn.execute("SELECT value FROM meta WHERE key='created_by'").fetchone()
                 if version == 1:
                     raise StoreError(
@@ -241,7 +249,7 @@ class ResultsStore:
                 raise StoreError(
                     f"{self.path!r} has results schema version {version} (written by "
                     f"neural-testbed {writer[0] if writer else 'unknown'}); this version "
-                    f"({_package_version()}) reads schema version {SCHEMA_VERSION}: "
+                    f"({_package_version()}) reads schema versions 2 and {SCHEMA_VERSION}: "
                     "use a new --db file, or the neural-testbed version that wrote it")
             return False
         if tables:
@@ -264,6 +272,16 @@ class ResultsStore:
             self._conn.executemany(
                 "INSERT OR IGNORE INTO meta VALUES (?, ?)",
                 [("schema_version", str(SCHEMA_VERSION)), ("created_by", _package_version())])
+
+    def _add_diagnostics_column(self) -> None:
+        """Schema 2 -> 3: old rows keep a NULL ``diagnostics``."""
+        with self._transaction():
+            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(results)")}
+            if _ADDED_IN_3[0] not in columns:  # another writer may have migrated it
+                self._conn.execute(f"ALTER TABLE results ADD COLUMN {' '.join(_ADDED_IN_3)}")
+            self._conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                               (str(SCHEMA_VERSION),))
+        self._migrate = False
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -330,7 +348,8 @@ class ResultsStore:
         query += " ORDER BY " + ", ".join(_KEY_COLUMNS)
         cursor = self._conn.execute(query, args)
         names = [d[0] for d in cursor.description]
-        return [dict(zip(names, values)) for values in cursor]
+        missing = {c: None for c in COLUMNS if c not in names}  # a schema-2 store, read-only
+        return [{**dict(zip(names, values)), **missing} for values in cursor]
 
     def merge(self, rows: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
         """Adds rows from another store; returns (added, exact duplicates skipped).
@@ -347,7 +366,7 @@ class ResultsStore:
         with self._transaction():
             self._conn.executemany(
                 f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders})",
-                [tuple(r[c] for c in COLUMNS) for r in added])
+                [tuple(r.get(c) for c in COLUMNS) for r in added])
         return len(added), duplicates
 
     def to_csv(self, path: str, rows: Sequence[dict[str, Any]] | None = None) -> int:

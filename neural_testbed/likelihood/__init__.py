@@ -1,6 +1,5 @@
-"""Joint log-likelihood estimators, the KL estimate, accuracy and ECE."""
+"""Joint log-likelihood estimators and the KL (or NLL) estimate."""
 
-from neural_testbed.likelihood.calibration import accuracy, expected_calibration_error
 from neural_testbed.likelihood.estimators import (
     monte_carlo_log_likelihood,
     partition_cells,
@@ -19,10 +18,8 @@ __all__ = [
     "ESTIMATORS",
     "Estimator",
     "Evaluation",
-    "accuracy",
     "choose_estimator",
     "evaluate_sampler",
-    "expected_calibration_error",
     "make_evaluator",
     "monte_carlo_log_likelihood",
     "partition_cells",

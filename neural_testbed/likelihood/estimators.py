@@ -23,6 +23,7 @@ __all__ = [
     "NUMERICS",
     "Numerics",
     "monte_carlo_log_likelihood",
+    "occupied_cells",
     "partition_cells",
     "partition_log_likelihood",
 ]
@@ -98,6 +99,25 @@ def _segment_logsumexp(values: jax.Array, segments: jax.Array, num_segments: int
     peak = jnp.where(jnp.isfinite(peak), peak, 0.0)
     total = jax.ops.segment_sum(jnp.exp(values - peak[segments]), segments, num_segments)
     return jnp.log(total) + peak
+
+
+def occupied_cells(
+    key: jax.Array,
+    log_probs: jax.Array,
+    log_weights: jax.Array,
+    num_hyperplanes: int = 7,
+    probit_clip: float = 5.0,
+) -> jax.Array:
+    """How many of Algorithm 4's ``2**num_hyperplanes`` cells hold a drawn member.
+
+    The same cells as :func:`partition_log_likelihood` with the same key: a
+    health check, since one occupied cell makes the estimate that of the
+    averaged prediction, blind to how the members disagree.
+    """
+    cell = partition_cells(key, log_probs, num_hyperplanes, probit_clip)
+    drawn = jnp.isfinite(log_weights).astype(jnp.int32)
+    per_cell = jax.ops.segment_sum(drawn, cell, num_segments=2**num_hyperplanes)
+    return jnp.sum(per_cell > 0)
 
 
 def partition_log_likelihood(

@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 
 from neural_testbed import base
-from neural_testbed.likelihood import calibration, estimators
+from neural_testbed import diagnostics
+from neural_testbed.diagnostics import calibration
+from neural_testbed.likelihood import estimators
 
 __all__ = [
     "ESTIMATORS",
@@ -31,6 +33,7 @@ __all__ = [
     "Evaluation",
     "choose_estimator",
     "evaluate_sampler",
+    "evaluations",
     "make_evaluator",
 ]
 
@@ -56,6 +59,7 @@ class Evaluation(NamedTuple):
     ece: jax.Array  # 15-bin expected calibration error of the mean prediction
     logits_valid: jax.Array  # bool: False if any agent logit was NaN or +inf
     num_clipped: jax.Array  # int32: infinite terms replaced by the largest finite one
+    diagnostics: diagnostics.Diagnostics  # from the same belief samples (diagnostics.report)
 
 
 def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:
@@ -65,6 +69,23 @@ def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:
     if estimator == "auto":
         return "monte_carlo" if tau < 10 else "partition"
     return estimator
+
+
+def evaluations(taus: tuple[int, ...], estimator: Estimator = "auto") -> list[tuple[int, str]]:
+    """The (tau, estimator) evaluations of one trained agent at ``taus``.
+
+    Each tau uses ``estimator``; for a tau curve (more than two taus) that
+    crosses the switch of ``"auto"`` from Algorithm 3 to 4, the first tau on
+    Algorithm 4 is also evaluated with Algorithm 3, stored as
+    ``"monte_carlo"``, so that a jump in the curve there can be told apart from
+    the agent.
+    """
+    pairs = [(tau, estimator) for tau in taus]
+    if estimator == "auto" and len(taus) > 2:
+        on_partition = [t for t in taus if choose_estimator(t) == "partition"]
+        if on_partition and len(on_partition) < len(taus):
+            pairs.append((min(on_partition), "monte_carlo"))
+    return pairs
 
 
 def _largest_divisor_at_most(n: int, limit: int) -> int:
@@ -129,11 +150,12 @@ def make_evaluator(
     method = choose_estimator(tau, estimator)
     counted = enn.num_indices is not None and enn.num_indices <= num_samples
     num_members = enn.num_indices if counted else num_samples
+    width = tau + 1  # inputs per test sample, with room for its out-of-distribution input
     if counted:
-        chunk = _largest_divisor_at_most(num_test, _MAX_ROWS_PER_CHUNK // (num_members * tau))
+        chunk = _largest_divisor_at_most(num_test, _MAX_ROWS_PER_CHUNK // (num_members * width))
     else:
         chunk = _largest_divisor_at_most(num_test, min(
-            _MAX_ROWS_PER_CHUNK // (num_samples * tau), _MAX_NETWORKS_PER_CHUNK // num_samples))
+            _MAX_ROWS_PER_CHUNK // (num_samples * width), _MAX_NETWORKS_PER_CHUNK // num_samples))
     num_chunks = num_test // chunk
 
     def log_likelihood(key, log_probs, labels, log_weights):
@@ -160,14 +182,23 @@ def make_evaluator(
         if test.x.shape[:2] != (num_test, tau) or test.y.shape != (num_test, tau):
             raise ValueError(f"test samples of shape x {test.x.shape}, y {test.y.shape}; "
                              f"expected ({num_test}, {tau}, d) and ({num_test}, {tau})")
+        has_ood = test.ood_x is not None
+        if has_ood and test.ood_x.shape != (num_test, input_dim):
+            raise ValueError(f"out-of-distribution inputs of shape {test.ood_x.shape}; "
+                             f"expected ({num_test}, {input_dim})")
+        # Each test sample's out-of-distribution input goes through the network with
+        # its tau inputs, under the same belief samples; the likelihood ignores it.
+        x_all = (jnp.concatenate([test.x, test.ood_x[:, None, :]], axis=1) if has_ood
+                 else test.x)
+        num_inputs = x_all.shape[1]
         members, log_weights = draw_beliefs(index_key)
 
         def member_logits(x, indices):
-            """``x [chunk, tau, d]`` -> logits ``[chunk, members, tau, K]``."""
+            """``x [chunk, inputs, d]`` -> logits ``[chunk, members, inputs, K]``."""
             if counted:
-                flat = x.reshape(chunk * tau, input_dim)
+                flat = x.reshape(chunk * num_inputs, input_dim)
                 logits = jax.vmap(lambda index: enn.apply(state, flat, index))(members)
-                return jnp.moveaxis(logits.reshape(num_members, chunk, tau, -1), 1, 0)
+                return jnp.moveaxis(logits.reshape(num_members, chunk, num_inputs, -1), 1, 0)
             return jax.vmap(lambda x_n, indices_n: jax.vmap(
                 lambda index: enn.apply(state, x_n, index))(indices_n))(x, indices)
 
@@ -175,45 +206,61 @@ def make_evaluator(
                          jax.tree.map(lambda a: a.reshape(num_chunks, chunk, *a.shape[1:]),
                                       members))
         got = jax.eval_shape(
-            member_logits, jnp.zeros((chunk, tau, input_dim)),
+            member_logits, jnp.zeros((chunk, num_inputs, input_dim)),
             jax.tree.map(lambda a: a[0], chunk_indices) if not counted else None).shape
-        expected = (chunk, num_members, tau, num_classes)
+        expected = (chunk, num_members, num_inputs, num_classes)
         if got != expected:
             raise ValueError(
                 f"agent returned logits of shape {got[2:]} for inputs of shape "
-                f"{(tau, input_dim)}; expected {expected[2:]} "
+                f"{(num_inputs, input_dim)}; expected {expected[2:]} "
                 f"(one row of {num_classes} class logits per input)")
 
         def one_chunk(chunk_data):
             x, y, keys, weights, indices = chunk_data
-            log_probs = jax.nn.log_softmax(member_logits(x, indices))  # [chunk, members, tau, K]
-            log_lik = jax.vmap(log_likelihood)(keys, log_probs, y, weights)
+            log_probs = jax.nn.log_softmax(member_logits(x, indices))  # [chunk, members, inputs, K]
+            scored = log_probs[:, :, :tau]
+            log_lik = jax.vmap(log_likelihood)(keys, scored, y, weights)
+            cells = (jax.vmap(lambda k, lp, w: estimators.occupied_cells(
+                k, lp, w, num_hyperplanes))(keys, scored, weights)
+                if method == "partition" else jnp.full((chunk,), jnp.nan))
             mean_log_probs = jax.nn.logsumexp(log_probs + weights[:, :, None, None], axis=1)
+            split = jax.vmap(diagnostics.split)(jnp.exp(log_probs), jnp.exp(weights))
             # A NaN or +inf logit makes its log-softmax row NaN, so checking
             # the log-probabilities finds it; a -inf logit is a probability of
             # 0, which is allowed (an infinite term, clipped and counted).
             # Checking the logits themselves gives XLA a second consumer of the
             # forward pass's output and doubled the tau = 100 evaluation time.
-            return log_lik, jnp.exp(mean_log_probs), ~jnp.any(jnp.isnan(log_probs))
+            return (log_lik, jnp.exp(mean_log_probs), split, cells,
+                    ~jnp.any(jnp.isnan(scored)))
 
-        split = lambda a: a.reshape(num_chunks, chunk, *a.shape[1:])
+        in_chunks = lambda a: a.reshape(num_chunks, chunk, *a.shape[1:])
         keys = jax.random.split(partition_key, num_test)
-        log_lik, mean_probs, valid = jax.lax.map(one_chunk, (
-            split(test.x), split(test.y), split(keys), split(log_weights),
+        log_lik, mean_probs, split, cells, valid = jax.lax.map(one_chunk, (
+            in_chunks(x_all), in_chunks(test.y), in_chunks(keys), in_chunks(log_weights),
             None if counted else chunk_indices))
         log_lik = log_lik.reshape(num_test)
         terms = -log_lik if test.log_likelihood is None else test.log_likelihood - log_lik
         terms, num_clipped = clip_infinite_terms(terms)
-        mean_probs = mean_probs.reshape(num_test * tau, num_classes)
+        mean_probs = mean_probs.reshape(num_test, num_inputs, num_classes)
+        split = jax.tree.map(lambda a: a.reshape(num_test, num_inputs), split)
+        probs_in = mean_probs[:, :tau].reshape(num_test * tau, num_classes)
         labels = test.y.reshape(num_test * tau)
+        distinct = (jnp.mean(jnp.sum(jnp.isfinite(log_weights), axis=1)) if counted
+                    else jnp.array(num_samples))
+        report = diagnostics.summarise(
+            probs_in, jax.tree.map(lambda a: a[:, :tau].reshape(-1), split), labels,
+            mean_probs[:, tau] if has_ood else None,
+            jax.tree.map(lambda a: a[:, tau], split) if has_ood else None,
+            distinct, jnp.mean(cells))
         return Evaluation(
             kl=jnp.mean(terms),
             kl_stderr=jnp.std(terms, ddof=1) / jnp.sqrt(num_test) if num_test > 1
             else jnp.zeros(()),
-            accuracy=calibration.accuracy(mean_probs, labels),
-            ece=calibration.expected_calibration_error(mean_probs, labels),
+            accuracy=calibration.accuracy(probs_in, labels),
+            ece=calibration.expected_calibration_error(probs_in, labels),
             logits_valid=jnp.all(valid),
             num_clipped=num_clipped,
+            diagnostics=report,
         )
 
     return evaluate

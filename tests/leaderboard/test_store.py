@@ -1,6 +1,7 @@
 """The results store: round trip, resumability keys, concurrent writers, bad files."""
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -107,7 +108,7 @@ def test_store_from_an_incompatible_version_is_a_clear_error(tmp_path):
     leaderboard.ResultsStore(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(store_lib.StoreError, match="schema version 99 .* reads schema version 2"):
+    with pytest.raises(store_lib.StoreError, match="schema version 99 .* reads schema versions 2 and 3"):
         leaderboard.ResultsStore(path)
 
 
@@ -213,3 +214,29 @@ def test_a_store_in_a_read_only_directory_is_refused_by_a_writer_and_read_by_a_r
     assert sorted(p.name for p in directory.iterdir()) == ["r.db"]
     with pytest.raises(store_lib.StoreError, match="there is no directory"):
         leaderboard.ResultsStore(tmp_path / "missing" / "r.db")
+
+
+def _schema_2_store(path):
+    """A store as schema 2 wrote it: no diagnostics column, version 2 in meta."""
+    with leaderboard.ResultsStore(path) as store:
+        store.write([_result(list(PROBLEMS)[0], 1)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE results DROP COLUMN diagnostics")
+        conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+
+
+def test_a_schema_2_store_is_read_as_is_and_gains_diagnostics_when_written(tmp_path):
+    path = tmp_path / "v2.db"
+    _schema_2_store(path)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with leaderboard.ResultsStore(path, create=False) as store:  # read-only: left as it was
+        (old,) = store.rows()
+    assert old["diagnostics"] is None and old["kl"] == 0.5
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    with leaderboard.ResultsStore(path) as store:
+        store.write([dataclasses.replace(_result(list(PROBLEMS)[1], 1), diagnostics='{"bins": 15}')])
+        rows = store.rows()
+    assert [r["diagnostics"] for r in rows] == [None, '{"bins": 15}']
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
+            str(store_lib.SCHEMA_VERSION),)

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from neural_testbed import likelihood
+from neural_testbed import diagnostics
 
 
 def _predictions(confidence, num_correct, n=100):
@@ -15,13 +15,13 @@ def _predictions(confidence, num_correct, n=100):
 
 def test_calibrated_predictions_have_zero_ece():
     probs, labels = _predictions(0.7, 70)
-    np.testing.assert_allclose(likelihood.expected_calibration_error(probs, labels), 0.0, atol=1e-6)
-    np.testing.assert_allclose(likelihood.accuracy(probs, labels), 0.7)
+    np.testing.assert_allclose(diagnostics.expected_calibration_error(probs, labels), 0.0, atol=1e-6)
+    np.testing.assert_allclose(diagnostics.accuracy(probs, labels), 0.7)
 
 
 def test_overconfident_predictions_have_ece_equal_to_the_gap():
     probs, labels = _predictions(0.9, 60)
-    np.testing.assert_allclose(likelihood.expected_calibration_error(probs, labels), 0.3, atol=1e-6)
+    np.testing.assert_allclose(diagnostics.expected_calibration_error(probs, labels), 0.3, atol=1e-6)
 
 
 def test_ece_weights_bins_by_their_size():
@@ -29,4 +29,4 @@ def test_ece_weights_bins_by_their_size():
     p2, y2 = _predictions(0.55, 165, n=300)  # calibrated in the 0.55 bin
     probs, labels = jnp.concatenate([p1, p2]), jnp.concatenate([y1, y2])
     np.testing.assert_allclose(
-        likelihood.expected_calibration_error(probs, labels), 0.3 * 100 / 400, atol=1e-6)
+        diagnostics.expected_calibration_error(probs, labels), 0.3 * 100 / 400, atol=1e-6)

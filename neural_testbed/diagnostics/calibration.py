@@ -1,0 +1,47 @@
+"""Accuracy and expected calibration error of a predictive distribution."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["accuracy", "expected_calibration_error", "reliability_bins"]
+
+
+def accuracy(probs: jax.Array, labels: jax.Array) -> jax.Array:
+    """Fraction of ``labels [n]`` equal to the argmax of ``probs [n, K]``."""
+    return jnp.mean(jnp.argmax(probs, axis=-1) == labels)
+
+
+def reliability_bins(
+    probs: jax.Array, labels: jax.Array, num_bins: int = 15
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The reliability diagram's sums: per confidence bin, the count, the number
+    correct and the summed confidence.
+
+    Predictions are binned by their confidence (the top class probability)
+    into ``num_bins`` equal-width bins of [0, 1]. Sums rather than means, so
+    that chunks of inputs add up.
+    """
+    confidence = jnp.max(probs, axis=-1)
+    correct = (jnp.argmax(probs, axis=-1) == labels).astype(probs.dtype)
+    bins = jnp.clip((confidence * num_bins).astype(jnp.int32), 0, num_bins - 1)
+    in_bin = jax.nn.one_hot(bins, num_bins, dtype=probs.dtype)  # [n, bins]
+    return jnp.sum(in_bin, axis=0), in_bin.T @ correct, in_bin.T @ confidence
+
+
+def expected_calibration_error(
+    probs: jax.Array, labels: jax.Array, num_bins: int = 15
+) -> jax.Array:
+    """ECE: ``sum_b (n_b / n) |accuracy_b - confidence_b|`` over :func:`reliability_bins`.
+
+    Args:
+      probs: ``[n, K]`` predicted class probabilities.
+      labels: ``[n]`` integer labels.
+      num_bins: number of confidence bins.
+
+    Returns:
+      The ECE, a scalar in [0, 1].
+    """
+    _, correct, confidence = reliability_bins(probs, labels, num_bins)
+    return jnp.sum(jnp.abs(correct - confidence)) / probs.shape[0]
