@@ -15,6 +15,7 @@ from typing import Any
 
 from neural_testbed import generative, memory
 from neural_testbed.agents import plugins, registry
+from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import correlation
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
@@ -130,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--verbose", action="store_true",
                        help="also show each chosen config as JSON (by default a row shows the "
                             "config's hash and the fields that differ from the agent's default)")
+    board.add_argument("--metrics", default="", metavar="NAME,...",
+                       help="add columns of diagnostics (means over the problems, from each "
+                            "problem's smallest tau): any of " + ", ".join(
+                                diagnostics_report.METRICS) + "; aud for the three aud_ood_* "
+                            "(ece and accuracy are always shown); see `diagnose`")
     board.add_argument("--selection", default="same", choices=list(scoring.SELECTIONS),
                        help="same: choose configs and report on every problem (default; "
                             "flatters agents with large sweeps); held-out: choose on the first "
@@ -172,6 +178,26 @@ def _parser() -> argparse.ArgumentParser:
                       help="also Figure 6b (figure6b.png): each config's score on this real-data "
                            "sweep against its score on --sweep, for every agent with rows on "
                            "both (see `correlate`)")
+
+    diagnose = commands.add_parser(
+        "diagnose", parents=[common, db, sweep_choice, compute],
+        help="everything beside the KL for one agent on one problem, with figures",
+        description="Train an agent on one problem (or reuse its stored rows), and print its "
+                    "KL with the diagnostics computed from the same belief samples: "
+                    "calibration, the aleatoric / epistemic split, rejection of "
+                    "out-of-distribution inputs, UPDS / AUD, and the estimator's health. Writes "
+                    "reliability.png, upds.png and rejection.png (from the smallest tau's row) "
+                    "into --out. Rows are stored like run's.")
+    diagnose.add_argument("--agent", required=True,
+                          help="registered agent name (see `neural-testbed agents`)")
+    diagnose.add_argument("--problem", required=True,
+                          help="problem id, e.g. classification_2d/17 (looked up in --sweep, "
+                               "then in the paper sweep)")
+    diagnose.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                          metavar="KEY=VALUE", help="change a hyperparameter of the default config")
+    diagnose.add_argument("--out", default="neural_testbed_diagnostics", metavar="DIR",
+                          help="directory for the PNG files (default: ./neural_testbed_diagnostics)")
+    diagnose.set_defaults(workers=1, backend="local", address=None, shard=None)  # one problem
 
     correlate = commands.add_parser(
         "correlate", parents=[common, db, fmt],
@@ -295,10 +321,12 @@ def _cmd_problems(args) -> int:
     return 0
 
 
-def _compute(args, configs: Sequence[Any], announce: str) -> tuple[sweep_lib.SweepSummary, list]:
+def _compute(args, configs: Sequence[Any], announce: str,
+             problems: Sequence[Any] | None = None) -> tuple[sweep_lib.SweepSummary, list]:
     """Checks every setting and opens the store (one clear error, before any work),
-    prints ``announce`` on stderr, then runs the configs into the store."""
-    problems = list(_sweep_problems(args).values())
+    prints ``announce`` on stderr, then runs the configs on ``problems`` (default: the
+    command's sweep) into the store."""
+    problems = list(_sweep_problems(args).values()) if problems is None else list(problems)
     sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
                             workers=args.workers, backend=args.backend, estimator=args.estimator)
     shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
@@ -399,6 +427,74 @@ def _cmd_run(args) -> int:
     return _report_failures(rows, args.keep_going)
 
 
+def _diagnose_problem(args):
+    """The problem ``--problem`` names: in the command's sweep (or file), else in the paper
+    sweep, whose ids every synthetic sweep shares."""
+    problems = _sweep_problems(args)
+    if args.problem not in problems and not args.dataset:
+        problems = {**problems_lib.get_sweep("paper"), **problems}
+    if args.problem not in problems:
+        raise ValueError(f"unknown problem {args.problem!r}; see `neural-testbed problems "
+                         f"--sweep {args.sweep}`")
+    return problems[args.problem]
+
+
+def _cmd_diagnose(args) -> int:
+    from neural_testbed import diagnostics
+
+    spec = registry.get_agent(args.agent)
+    config = registry.parse_overrides(spec, args.overrides)
+    figures = _diagnostic_figures()
+    _check_output_dir(args.out, "--out")
+    problem = _diagnose_problem(args)
+    _compute(args, [config], f"agent {args.agent}: {config}; problem {args.problem}",
+             problems=[problem])
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        want = store_lib.config_hash(args.agent, config)
+        rows = sorted((r for r in store.rows(agent=args.agent)
+                       if r["config_hash"] == want and r["problem_id"] == args.problem
+                       and r["tau"] in problem.taus and r["agent_seed"] == args.seed
+                       and r["num_test"] == problem.num_test
+                       and r["num_samples"] == problem.num_samples
+                       and r["estimator"] in (args.estimator, "monte_carlo")),
+                      key=lambda r: (r["tau"], r["estimator"] != args.estimator))
+    records = [(r, figures.record_of(r)) for r in rows if r["status"] == "ok"]
+    if not records or any(record is None for _, record in records):
+        print(f"no diagnostics stored for {args.agent} on {args.problem} (rows written before "
+              "they existed): rerun with --recompute", file=sys.stderr)
+        return _report_failures(rows, args.keep_going) or 1
+    metric = "d_KL" if problem.metric == "kl" else "NLL"
+    print(f"{args.agent} on {args.problem} (T = {problem.num_train}, N = {problem.num_test}, "
+          f"M = {problem.num_samples})")
+    header = ["tau", "estimator", metric, "se", "accuracy", "ECE"]
+    table = [[r["tau"], r["estimator"], f"{r['kl']:.4f}", f"{r['kl_stderr']:.4f}",
+              f"{r['accuracy']:.3f}", f"{r['ece']:.3f}"] for r, _ in records]
+    print(scoring.format_records([dict(zip(header, line)) for line in table], "table", header))
+    print("\ndiagnostics (uncertainties are traces of K x K matrices, per input; AUD and "
+          "rejection use the top-class confidence rescaled from [1/K, 1] to [0, 1]):")
+    names = ["metric"] + [f"tau={r['tau']}" + ("" if r["estimator"] == args.estimator
+                                                else f" ({r['estimator']})") for r, _ in records]
+    lines = [dict(zip(names, [name] + ["n/a" if rec[name] is None else f"{rec[name]:.4g}"
+                                       for _, rec in records]))
+             for name in diagnostics.METRICS]
+    print(scoring.format_records(lines, "table", names))
+    row, record = records[0]
+    title = f"{args.agent} on {args.problem}, tau = {row['tau']}"
+    for path in figures.save_diagnostic_figures(record, args.out, title=title):
+        print(f"wrote {path}")
+    return _report_failures(rows, args.keep_going)
+
+
+def _diagnostic_figures():
+    """The diagnostics figures module, or one clear error where matplotlib is missing."""
+    try:
+        from neural_testbed.diagnostics import figures
+    except ImportError as error:
+        raise ValueError(f"figures need matplotlib ({error}); install it with "
+                         "pip install 'neural-testbed[analysis]'") from None
+    return figures
+
+
 def _report_failures(rows, keep_going: bool) -> int:
     """Lists failed rows by agent and problem; the exit status of the command."""
     failed: dict[tuple[str, str], list] = {}
@@ -438,6 +534,9 @@ def _stored_rows(args) -> list[dict[str, Any]]:
     return rows
 
 
+# --metrics names that stand for several columns (ece and accuracy are always shown).
+_METRIC_SHORTHANDS = {"ece": (), "accuracy": (),
+                      "aud": ("aud_ood_aleatoric", "aud_ood_epistemic", "aud_ood_total")}
 _BOARD_COLUMNS = ("agent", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_1_norm_stderr", "kl_100",
                   "kl_100_stderr", "kl_100_norm", "kl_100_norm_stderr", "kl_agg", "accuracy",
                   "ece", "seconds_per_problem", "problems", "of", "clipped", "flag", "metric",
@@ -487,6 +586,14 @@ def _cmd_leaderboard(args) -> int:
     rows = _stored_rows(args)
     if args.baseline not in registry.AGENTS:  # a registered baseline may simply have no rows
         _check_agent_in_store(args.baseline, rows, args.db, "--baseline")
+    asked = [m for m in args.metrics.split(",") if m]
+    unknown = [m for m in asked if m not in diagnostics_report.METRICS
+               and m not in _METRIC_SHORTHANDS]
+    if unknown:
+        raise ValueError(f"unknown --metrics {', '.join(unknown)}; allowed: "
+                         + ", ".join((*_METRIC_SHORTHANDS, *diagnostics_report.METRICS)))
+    metrics = list(dict.fromkeys(name for m in asked
+                                 for name in _METRIC_SHORTHANDS.get(m, (m,))))
     records, warnings = scoring.score_agents(rows, problems, args.tuning, args.baseline,
                                              args.selection)
     if not records:
@@ -500,7 +607,8 @@ def _cmd_leaderboard(args) -> int:
           file=sys.stdout if args.format == "table" else sys.stderr)
     for record in records:
         record["changes"] = _config_changes(record["agent"], record["config"])
-    columns = _BOARD_COLUMNS + (("config",) if args.verbose else ())
+    columns = _BOARD_COLUMNS[:-1] + tuple(metrics) + _BOARD_COLUMNS[-1:] + (
+        ("config",) if args.verbose else ())
     print(scoring.format_records(records, args.format, columns))
     return 0
 
@@ -524,6 +632,11 @@ def _cmd_compare(args) -> int:
           "(temperature, T); two-sided t-test, df = pairs - settings):")
     print(scoring.format_records(pooled, "table", ("baseline", "tau", "kl_diff", "stderr",
                                                    "p_value", "pairs", "df", "verdict", "flag")))
+    for r in pooled:
+        if abs(r["kl_diff"]) < r["stderr"]:
+            print(f"note: at tau = {r['tau']}, {args.agent} and {r['baseline']} differ by less "
+                  f"than one standard error ({r['kl_diff']:.4g} vs {r['stderr']:.4g}): more "
+                  "problems or seeds are needed to order them")
     print(f"\n{args.agent} - baseline per (temperature, T) (paired t-test, df = pairs - 1):")
     print(scoring.format_records(cells, "table", ("baseline", "temperature", "num_train", "tau",
                                                   "kl_diff", "stderr", "p_value", "pairs",
@@ -569,6 +682,10 @@ def _cmd_plot(args) -> int:
                              f"in {args.db}")
         records = correlation.correlate(rows, problems, real, sorted(on_both))
     paths = plots.save_figures(rows, problems, args.out)
+    figures = _diagnostic_figures()
+    if figures.tau_curves(rows, problems):
+        paths.append(figures.figure_kl_per_tau(rows, problems,
+                                               pathlib.Path(args.out) / "tau_curve.png"))
     if records is not None:
         paths.append(plots.figure_testbed_vs_real(records, pathlib.Path(args.out) /
                                                   "figure6b.png"))
@@ -641,6 +758,7 @@ def _cmd_export(args) -> int:
 
 _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
              "compare": _cmd_compare, "plot": _cmd_plot, "correlate": _cmd_correlate,
+             "diagnose": _cmd_diagnose,
              "merge": _cmd_merge,
              "export": _cmd_export,
              "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from neural_testbed import agents, cli, leaderboard
+from neural_testbed import agents, cli, diagnostics, leaderboard
 from neural_testbed.leaderboard import runner
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard import sweep as sweep_lib
@@ -164,7 +164,9 @@ def _one_error_line(capsys, *fragments):
      (["--workers", "0"], ["--workers", "integer >= 1, got 0"]),
      (["--problems-per-batch", "0"], ["--problems-per-batch", "integer >= 1, got 0"]),
      (["--set", "l2_weight_decay=inf"], ["l2_weight_decay must be a finite number, got inf"]),
-     (["--set", "hidden=50,0"], ["hidden must be one or more widths >= 1"])],
+     (["--set", "hidden=50,0"], ["hidden must be one or more widths >= 1"]),
+     (["--taus", "1,x"], ["--taus '1,x': expected integers >= 1"]),
+     (["--taus", "0,5"], ["--taus '0,5'"])],
 )
 def test_bad_run_settings_are_refused_before_the_store_is_made(tmp_path, capsys, no_work, args,
                                                              fragments):
@@ -315,3 +317,48 @@ def test_import_of_a_file_named_like_an_installed_module_is_refused(tmp_path, ca
     shadow.write_text("raise SystemExit('the stray json.py was executed')\n")
     assert cli.main(["agents", "--import", str(shadow)]) == 2
     _one_error_line(capsys, "the module 'json'", "rename the file")
+
+
+def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsys,
+                                                                 monkeypatch):
+    pytest.importorskip("matplotlib")
+    db, out = tmp_path / "d.db", tmp_path / "figs"
+    argv = ["diagnose", "--agent", "mlp", "--set", "num_steps=30", "--sweep", "smoke",
+            "--problem", "classification_2d/90", "--taus", "1,2,10,100", "--db", str(db),
+            "--out", str(out), "--quiet"]
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    for name in (*diagnostics.METRICS, "tau=10 (monte_carlo)", "d_KL"):
+        assert name in text, name
+    assert sorted(p.name for p in out.iterdir()) == ["rejection.png", "reliability.png",
+                                                     "upds.png"]
+    with leaderboard.ResultsStore(db, create=False) as store:
+        rows = store.rows()
+    assert sorted((r["tau"], r["estimator"]) for r in rows) == [
+        (1, "auto"), (2, "auto"), (10, "auto"), (10, "monte_carlo"), (100, "auto")]
+    # A second call reuses the stored rows (nothing is trained); plot draws the tau curve.
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again")
+    monkeypatch.setattr(runner.BatchRunner, "__call__", no_training)
+    assert cli.main(argv) == 0
+    assert "rejection_ability" in capsys.readouterr().out
+    assert cli.main(["plot", "--db", str(db), "--sweep", "smoke", "--out", str(out)]) == 0
+    assert (out / "tau_curve.png").stat().st_size > 0
+
+
+def test_diagnose_names_an_unknown_problem_in_one_line(tmp_path, capsys, no_work):
+    assert cli.main(["diagnose", "--agent", "mlp", "--problem", "nope/1",
+                     "--db", str(tmp_path / "d.db"), "--out", str(tmp_path)]) == 2
+    _one_error_line(capsys, "unknown problem 'nope/1'")
+    assert not (tmp_path / "d.db").exists()
+
+
+def test_leaderboard_adds_diagnostics_columns_and_names_bad_ones(store, capsys):
+    assert cli.main(["leaderboard", "--db", str(store), "--sweep", "smoke", "--metrics",
+                     "ece,aud,rejection_ability"]) == 0
+    header = capsys.readouterr().out.splitlines()[1].split()
+    assert header[-5:] == ["aud_ood_aleatoric", "aud_ood_epistemic", "aud_ood_total",
+                           "rejection_ability", "changes"]
+    assert cli.main(["leaderboard", "--db", str(store), "--sweep", "smoke", "--metrics",
+                     "bogus"]) == 2
+    _one_error_line(capsys, "unknown --metrics bogus; allowed: ece, accuracy, aud, aleatoric")

@@ -6,8 +6,11 @@ everything else in the package works without it.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 
+from neural_testbed.diagnostics import report
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
 from neural_testbed.leaderboard import store as store_lib
@@ -30,8 +33,15 @@ def _rows(db: str) -> list[dict]:
 
 
 def results_frame(db: str = store_lib.DEFAULT_DB):
-    """Every stored row, one column per store field."""
-    return _pandas().DataFrame(_rows(db), columns=list(store_lib.COLUMNS))
+    """Every stored row, one column per store field, then one per diagnostics scalar
+    (:data:`neural_testbed.diagnostics.METRICS`; NaN where a row has none). The
+    binned curves stay in the ``diagnostics`` JSON column."""
+    rows = _rows(db)
+    frame = _pandas().DataFrame(rows, columns=list(store_lib.COLUMNS))
+    records = [json.loads(r["diagnostics"]) if r.get("diagnostics") else {} for r in rows]
+    for name in report.METRICS:
+        frame[name] = [math.nan if rec.get(name) is None else rec[name] for rec in records]
+    return frame
 
 
 def leaderboard_frame(db: str = store_lib.DEFAULT_DB, sweep: str = "quick",

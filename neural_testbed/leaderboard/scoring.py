@@ -19,10 +19,13 @@ the sweep's design, not noise.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from neural_testbed.diagnostics import report as diagnostics_report
 
 __all__ = [
     "SELECTIONS",
@@ -54,6 +57,7 @@ class _ProblemScore:
     ece: float = math.nan
     seconds: float = 0.0  # train + every tau's evaluation
     clipped: set[int] = dataclasses.field(default_factory=set)  # taus with num_clipped > 0
+    diagnostics: dict[str, float] = dataclasses.field(default_factory=dict)  # smallest tau's
 
 
 Candidate = tuple[str, str, str, int]  # agent, config_hash, estimator, agent_seed
@@ -156,6 +160,10 @@ def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any]):
         if r["tau"] == min(p.taus):
             s.accuracy, s.ece = r["accuracy"], r["ece"]
             s.seconds += r["train_seconds"]
+            if r.get("diagnostics"):  # rows before schema 3 have none
+                s.diagnostics = {k: math.nan if v is None else v
+                                 for k, v in json.loads(r["diagnostics"]).items()
+                                 if k in diagnostics_report.METRICS}
         s.seconds += r["eval_seconds"]
     if len(metrics) > 1:
         raise ValueError(f"the rows of this sweep mix metrics ({', '.join(sorted(metrics))}); "
@@ -296,6 +304,10 @@ def score_agents(
         record["kl_agg"] = sum(record[f"kl_{tau}"] / tau for tau in taus)
         record["accuracy"] = _mean([s.accuracy for s in by_pid.values()])
         record["ece"] = _mean([s.ece for s in by_pid.values()])
+        for name in diagnostics_report.METRICS:  # means over the problems whose rows have it
+            values = [s.diagnostics[name] for s in by_pid.values()
+                      if not math.isnan(s.diagnostics.get(name, math.nan))]
+            record[name] = _mean(values)
         record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
         record["problems"] = len(by_pid)
         record["of"] = len(halves[1])
@@ -307,12 +319,29 @@ def score_agents(
         record["config"] = config
         records.append(record)
     records.sort(key=lambda r: (r["kl_agg"], r["agent"]))
+    warnings += _close_calls(records, taus)
     lonely = [r["agent"] for r in records
               if r["problems"] and any(math.isnan(r[f"kl_{tau}_stderr"]) for tau in taus)]
     if lonely:
         warnings.append(f"standard errors are n/a for {', '.join(lonely)}: some (temperature, "
                         "T) setting has a single scored problem, so no variance estimate")
     return records, warnings
+
+
+def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> list[str]:
+    """Warnings for neighbours in the ranking whose mean KLs differ by less than the larger
+    of their standard errors at some tau: their order there is noise."""
+    notes = []
+    for upper, lower in zip(records, records[1:]):
+        close = [tau for tau in taus
+                 if abs(upper[f"kl_{tau}"] - lower[f"kl_{tau}"])
+                 < max(upper[f"kl_{tau}_stderr"], lower[f"kl_{tau}_stderr"])]
+        if close:
+            notes.append(f"{upper['agent']} and {lower['agent']} differ by less than a standard "
+                         f"error at tau = {', '.join(map(str, close))}: their order there is "
+                         f"not meaningful (`compare --agent {lower['agent']} --baseline "
+                         f"{upper['agent']}` tests it on paired problems)")
+    return notes
 
 
 def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None, tau: int,

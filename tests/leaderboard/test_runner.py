@@ -1,6 +1,7 @@
 """The runner: batching does not change numbers, failures are isolated."""
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -102,8 +103,11 @@ def test_a_failing_problem_is_recorded_and_the_others_run():
 
 
 def test_true_environment_agent_scores_zero_through_the_runner():
-    """An agent that knows its problem's environment has KL 0 at both taus."""
-    for problem in _small(["classification_2d/95", "classification_2d/165"]):
+    """An agent that knows its problem's environment has KL 0 at every tau of a tau curve
+    (including the extra Monte Carlo row at tau 10), epistemic uncertainty 0 and one
+    distinct belief sample."""
+    taus = (1, 2, 5, 10, 20)
+    for problem in _small(["classification_2d/95", "classification_2d/165"], taus=taus):
         params = problem.instance().env.params
 
         def apply(temperature, x, index, params=params):
@@ -112,7 +116,14 @@ def test_true_environment_agent_scores_zero_through_the_runner():
         agent = base.Agent(lambda key, data, prior: prior.temperature,
                            base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
         rows = leaderboard.run_agent(agent, [problem], "oracle", progress=False)
+        assert sorted((r.tau, r.estimator) for r in rows) == sorted(
+            [(t, "auto") for t in taus] + [(10, "monte_carlo")])
         assert all(abs(r.kl) < 1e-5 for r in rows), [r.kl for r in rows]
+        for r in rows:
+            record = json.loads(r.diagnostics)
+            # 0 up to float32 rounding of sum_m w_m |p_m|^2 - |p_bar|^2 with one member
+            assert abs(record["epistemic"]) < 1e-6 and abs(record["mutual_information"]) < 1e-6
+            assert record["distinct_samples"] == 1
 
 
 def test_problems_of_one_shape_compile_once():
