@@ -20,8 +20,10 @@ def reliability_bins(
     correct and the summed confidence.
 
     Predictions are binned by their confidence (the top class probability)
-    into ``num_bins`` equal-width bins of [0, 1]. Sums rather than means, so
-    that chunks of inputs add up.
+    into ``num_bins`` equal-width bins of [0, 1], ``[m/B, (m+1)/B)`` as the ECE
+    always was (a confidence exactly on an edge goes up; the UPDS bins of
+    :mod:`divergence` follow the paper's ``((m-1)/B, m/B]``, which only differs
+    there). Sums rather than means, so that chunks of inputs add up.
     """
     confidence = jnp.max(probs, axis=-1)
     correct = (jnp.argmax(probs, axis=-1) == labels).astype(probs.dtype)

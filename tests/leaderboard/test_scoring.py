@@ -315,3 +315,29 @@ def test_a_sweep_mixing_kl_and_nll_rows_is_refused():
     assert scoring.score_agents(nll, PROBLEMS)[0][0]["metric"] == "nll"
     with pytest.raises(ValueError, match=r"mix metrics \(kl, nll\)"):
         scoring.score_agents(MLP_A + nll, PROBLEMS)
+
+
+def test_neighbours_closer_than_a_standard_error_get_a_note():
+    """mlp (config A) and a copy shifted by 0.001 at tau 1 (kl_stderr 0.01 per row, so the
+    stratified SE of the mean is ~0.005) differ by less than a standard error there; at
+    tau 100 the copy is 5 higher, many standard errors apart."""
+    kl1 = dict(zip(IDS, [0.2, 0.4, 0.1, 0.1]))
+    close = _rows("close", "D", {pid: v + 0.001 for pid, v in kl1.items()},
+                  dict(zip(IDS, [25, 45, 15, 15])))
+    _, warnings = scoring.score_agents(MLP_A + close, PROBLEMS)
+    (note,) = [w for w in warnings if "standard error" in w and "differ" in w]
+    assert note.startswith("mlp and close differ by less than a standard error at tau = 1:")
+    far = _rows("far", "E", {pid: v + 1.0 for pid, v in kl1.items()},
+                dict(zip(IDS, [25, 45, 15, 15])))
+    _, warnings = scoring.score_agents(MLP_A + far, PROBLEMS)
+    assert not [w for w in warnings if "differ by less" in w]
+
+
+def test_diagnostics_are_averaged_over_the_smallest_taus_rows():
+    diag = lambda value: '{"rejection_ability": %s, "epistemic": null}' % value
+    rows = [dict(r, diagnostics=diag(0.1 * i) if r["tau"] == 1 else diag(9.0))
+            for i, r in enumerate(MLP_A)]
+    (record,), _ = scoring.score_agents(rows, PROBLEMS)
+    # tau = 1 rows are MLP_A's even positions: i = 0, 2, 4, 6 -> 0.0, 0.2, 0.4, 0.6
+    assert record["rejection_ability"] == pytest.approx(0.3)
+    assert math.isnan(record["epistemic"]) and math.isnan(record["occupied_cells"])
