@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["accuracy", "expected_calibration_error", "reliability_bins"]
+__all__ = ["accuracy", "ece_from_bins", "expected_calibration_error", "reliability_bins"]
 
 
 def accuracy(probs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -45,5 +45,9 @@ def expected_calibration_error(
     Returns:
       The ECE, a scalar in [0, 1].
     """
-    _, correct, confidence = reliability_bins(probs, labels, num_bins)
-    return jnp.sum(jnp.abs(correct - confidence)) / probs.shape[0]
+    return ece_from_bins(jnp.stack(reliability_bins(probs, labels, num_bins)), probs.shape[0])
+
+
+def ece_from_bins(bins: jax.Array, num_inputs: int) -> jax.Array:
+    """The ECE of stacked :func:`reliability_bins` ``[3, B]`` over ``num_inputs`` inputs."""
+    return jnp.sum(jnp.abs(bins[1] - bins[2])) / num_inputs

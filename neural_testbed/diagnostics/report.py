@@ -1,9 +1,11 @@
 """Everything computed beside the KL of one evaluation, and how a row stores it.
 
-The evaluator hands over, for every test input, the mean prediction and the
-uncertainty split of the same belief samples it scored, and the same for one
+The evaluator hands over the reliability bins of every test input, and for the
+first input of each test tau-sample the mean prediction and the uncertainty
+split of the same belief samples it scored, and the same for one
 out-of-distribution input per test tau-sample (see each problem family's
-``sample_test``). :func:`summarise` reduces them inside ``jit`` to sums and
+``sample_test``): N inputs of each kind at every tau, so that the diagnostics
+cost the same at tau = 100 as at tau = 1. :func:`summarise` reduces them inside ``jit`` to sums and
 means that fit in a row; :func:`as_record` turns one problem's share into the
 JSON-ready dict the results store keeps in its ``diagnostics`` column.
 """
@@ -40,6 +42,8 @@ class Diagnostics(NamedTuple):
     """Sums and means of one evaluation (arrays; a leading problem axis when vmapped)."""
 
     reliability: jax.Array  # [3, B]: count, number correct, summed confidence per bin
+    # The rest is over the first input of each test tau-sample (N inputs at every tau,
+    # the same distribution as all N x tau) and its out-of-distribution input.
     split_in: jax.Array  # [6]: means over test inputs of the uncertainty.Split fields
     split_out: jax.Array  # [3]: means over out-of-distribution inputs of aleatoric, epistemic, total
     rejection_ability: jax.Array  # equation 5, signed (diagnostics.rejection)
@@ -57,6 +61,7 @@ def _traces(split: uncertainty.Split) -> jax.Array:
 
 
 def summarise(
+    reliability: jax.Array,
     probs_in: jax.Array,
     split_in: uncertainty.Split,
     labels: jax.Array,
@@ -66,8 +71,8 @@ def summarise(
     occupied_cells: jax.Array,
 ) -> Diagnostics:
     """Reduces per-input mean predictions ``[n, K]`` and splits ``[n]`` (in distribution,
-    with ``labels [n]``) and ``[m, K]`` / ``[m]`` (out of distribution, or None)."""
-    reliability = jnp.stack(calibration.reliability_bins(probs_in, labels, NUM_BINS))
+    with ``labels [n]``) and ``[m, K]`` / ``[m]`` (out of distribution, or None), beside
+    the ``[3, B]`` :func:`calibration.reliability_bins` of every test input."""
     confidence_in = rejection.rescaled_confidence(probs_in)
     correct = jnp.argmax(probs_in, axis=-1) == labels
     traces_in = _traces(split_in)

@@ -224,7 +224,9 @@ def make_evaluator(
                 k, lp, w, num_hyperplanes))(keys, scored, weights)
                 if method == "partition" else jnp.full((chunk,), jnp.nan))
             mean_log_probs = jax.nn.logsumexp(log_probs + weights[:, :, None, None], axis=1)
-            split = jax.vmap(diagnostics.split)(jnp.exp(log_probs), jnp.exp(weights))
+            # The split of the first input and the out-of-distribution one: N of each.
+            probed = log_probs[:, :, ::tau] if has_ood else log_probs[:, :, :1]
+            split = jax.vmap(diagnostics.split)(jnp.exp(probed), jnp.exp(weights))
             # A NaN or +inf logit makes its log-softmax row NaN, so checking
             # the log-probabilities finds it; a -inf logit is a probability of
             # 0, which is allowed (an infinite term, clipped and counted).
@@ -242,22 +244,23 @@ def make_evaluator(
         terms = -log_lik if test.log_likelihood is None else test.log_likelihood - log_lik
         terms, num_clipped = clip_infinite_terms(terms)
         mean_probs = mean_probs.reshape(num_test, num_inputs, num_classes)
-        split = jax.tree.map(lambda a: a.reshape(num_test, num_inputs), split)
+        split = jax.tree.map(lambda a: a.reshape(num_test, -1), split)
         probs_in = mean_probs[:, :tau].reshape(num_test * tau, num_classes)
         labels = test.y.reshape(num_test * tau)
+        reliability = jnp.stack(calibration.reliability_bins(probs_in, labels))
         distinct = (jnp.mean(jnp.sum(jnp.isfinite(log_weights), axis=1)) if counted
                     else jnp.array(num_samples))
         report = diagnostics.summarise(
-            probs_in, jax.tree.map(lambda a: a[:, :tau].reshape(-1), split), labels,
-            mean_probs[:, tau] if has_ood else None,
-            jax.tree.map(lambda a: a[:, tau], split) if has_ood else None,
+            reliability, mean_probs[:, 0], jax.tree.map(lambda a: a[:, 0], split),
+            test.y[:, 0], mean_probs[:, tau] if has_ood else None,
+            jax.tree.map(lambda a: a[:, -1], split) if has_ood else None,
             distinct, jnp.mean(cells))
         return Evaluation(
             kl=jnp.mean(terms),
             kl_stderr=jnp.std(terms, ddof=1) / jnp.sqrt(num_test) if num_test > 1
             else jnp.zeros(()),
             accuracy=calibration.accuracy(probs_in, labels),
-            ece=calibration.expected_calibration_error(probs_in, labels),
+            ece=calibration.ece_from_bins(reliability, num_test * tau),
             logits_valid=jnp.all(valid),
             num_clipped=num_clipped,
             diagnostics=report,
