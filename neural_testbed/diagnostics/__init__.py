@@ -20,8 +20,10 @@ from neural_testbed.diagnostics.report import (
     NUM_BINS,
     UNCERTAINTIES,
     Diagnostics,
+    Inputs,
     as_record,
     summarise,
+    summarise_batch,
 )
 from neural_testbed.diagnostics.uncertainty import Split, covariances, split
 
@@ -31,6 +33,7 @@ __all__ = [
     "NUM_BINS",
     "UNCERTAINTIES",
     "Diagnostics",
+    "Inputs",
     "Split",
     "accuracy",
     "as_record",
@@ -45,4 +48,5 @@ __all__ = [
     "rescaled_confidence",
     "split",
     "summarise",
+    "summarise_batch",
 ]

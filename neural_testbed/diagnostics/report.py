@@ -1,11 +1,11 @@
 """Everything computed beside the KL of one evaluation, and how a row stores it.
 
-The evaluator hands over the reliability bins of every test input, and for the
-first input of each test tau-sample the mean prediction and the uncertainty
+The evaluator hands over (as :class:`Inputs`) the reliability bins of every
+test input, and for the first input of each test tau-sample the mean prediction and the uncertainty
 split of the same belief samples it scored, and the same for one
 out-of-distribution input per test tau-sample (see each problem family's
 ``sample_test``): N inputs of each kind at every tau, so that the diagnostics
-cost the same at tau = 100 as at tau = 1. :func:`summarise` reduces them inside ``jit`` to sums and
+cost the same at tau = 100 as at tau = 1. :func:`summarise` reduces them to sums and
 means that fit in a row; :func:`as_record` turns one problem's share into the
 JSON-ready dict the results store keeps in its ``diagnostics`` column.
 """
@@ -22,8 +22,8 @@ import numpy as np
 from neural_testbed.diagnostics import divergence, rejection, uncertainty
 from neural_testbed.diagnostics import calibration
 
-__all__ = ["CONDITIONS", "Diagnostics", "METRICS", "NUM_BINS", "UNCERTAINTIES", "as_record",
-           "summarise"]
+__all__ = ["CONDITIONS", "Diagnostics", "Inputs", "METRICS", "NUM_BINS", "UNCERTAINTIES",
+           "as_record", "summarise", "summarise_batch"]
 
 NUM_BINS = 15  # reliability diagram, confidence histograms and UPDS (as the ECE)
 UNCERTAINTIES = ("aleatoric", "epistemic", "total")  # traces, see diagnostics.uncertainty
@@ -60,19 +60,25 @@ def _traces(split: uncertainty.Split) -> jax.Array:
     return jnp.stack([split.aleatoric, split.epistemic, split.total], axis=-1)
 
 
-def summarise(
-    reliability: jax.Array,
-    probs_in: jax.Array,
-    split_in: uncertainty.Split,
-    labels: jax.Array,
-    probs_out: jax.Array | None,
-    split_out: uncertainty.Split | None,
-    distinct_samples: jax.Array,
-    occupied_cells: jax.Array,
-) -> Diagnostics:
-    """Reduces per-input mean predictions ``[n, K]`` and splits ``[n]`` (in distribution,
-    with ``labels [n]``) and ``[m, K]`` / ``[m]`` (out of distribution, or None), beside
-    the ``[3, B]`` :func:`calibration.reliability_bins` of every test input."""
+class Inputs(NamedTuple):
+    """What the evaluator hands over (``Evaluation.diagnostics``): per-input arrays of one
+    evaluation, reduced by :func:`summarise` in a program of its own, so that every
+    agent and tau shares one compilation of the reduction."""
+
+    reliability: jax.Array  # [3, B] calibration.reliability_bins of every test input
+    probs_in: jax.Array  # [n, K] mean prediction at the first input of each test sample
+    split_in: uncertainty.Split  # [n] each
+    labels: jax.Array  # [n]
+    probs_out: jax.Array | None  # [n, K] at the out-of-distribution inputs, or None
+    split_out: uncertainty.Split | None
+    distinct_samples: jax.Array  # mean over test samples of distinct belief samples
+    occupied_cells: jax.Array  # Algorithm 4's mean occupied cells; NaN for Monte Carlo
+
+
+def summarise(inputs: Inputs) -> Diagnostics:
+    """Reduces one evaluation's :class:`Inputs` to the sums and means a row stores."""
+    (reliability, probs_in, split_in, labels, probs_out, split_out, distinct_samples,
+     occupied_cells) = inputs
     confidence_in = rejection.rescaled_confidence(probs_in)
     correct = jnp.argmax(probs_in, axis=-1) == labels
     traces_in = _traces(split_in)
@@ -143,3 +149,10 @@ def as_record(diagnostics: Diagnostics, i: int | None = None) -> dict[str, Any]:
         "upds_sums": {c: dict(zip(UNCERTAINTIES, s)) for c, s in zip(
             CONDITIONS, _numbers(d.upds_sums))},
     }
+
+
+@jax.jit
+def summarise_batch(inputs: Inputs) -> Diagnostics:
+    """:func:`summarise` of evaluations stacked on a leading problem axis; compiled once
+    per (problems, n, K) shape and reused by every agent and tau."""
+    return jax.vmap(summarise)(inputs)

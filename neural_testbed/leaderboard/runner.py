@@ -109,6 +109,7 @@ class BatchRunner:
                 ev, eval_compile, eval_run = self._call(
                     f"evaluate{tau}/{estimator}", test_keys, states, instances.env)
                 compile_seconds += eval_compile
+                ev = ev._replace(diagnostics=diagnostics.summarise_batch(ev.diagnostics))
                 evaluations[tau, estimator] = jax.device_get(ev), eval_run / num_real
         finally:
             if self._host_agent is not None:

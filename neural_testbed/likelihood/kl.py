@@ -59,7 +59,8 @@ class Evaluation(NamedTuple):
     ece: jax.Array  # 15-bin expected calibration error of the mean prediction
     logits_valid: jax.Array  # bool: False if any agent logit was NaN or +inf
     num_clipped: jax.Array  # int32: infinite terms replaced by the largest finite one
-    diagnostics: diagnostics.Diagnostics  # from the same belief samples (diagnostics.report)
+    # From the same belief samples, per input: reduce with diagnostics.summarise.
+    diagnostics: diagnostics.Inputs
 
 
 def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:
@@ -250,11 +251,11 @@ def make_evaluator(
         reliability = jnp.stack(calibration.reliability_bins(probs_in, labels))
         distinct = (jnp.mean(jnp.sum(jnp.isfinite(log_weights), axis=1)) if counted
                     else jnp.array(num_samples))
-        report = diagnostics.summarise(
+        report = diagnostics.Inputs(
             reliability, mean_probs[:, 0], jax.tree.map(lambda a: a[:, 0], split),
             test.y[:, 0], mean_probs[:, tau] if has_ood else None,
             jax.tree.map(lambda a: a[:, -1], split) if has_ood else None,
-            distinct, jnp.mean(cells))
+            jnp.asarray(distinct, jnp.float32), jnp.mean(cells).astype(jnp.float32))
         return Evaluation(
             kl=jnp.mean(terms),
             kl_stderr=jnp.std(terms, ddof=1) / jnp.sqrt(num_test) if num_test > 1

@@ -64,7 +64,11 @@ def _evaluate(enn_name, state, tau, seed=0, num_test=NUM_TEST, ood=True):
     assert test.ood_x is not None and test.ood_x.shape == (num_test, 2)
     if not ood:
         test = test._replace(ood_x=None)
-    return _evaluator(enn_name, tau, num_test)(eval_key, state, test)
+    ev = _evaluator(enn_name, tau, num_test)(eval_key, state, test)
+    return ev._replace(diagnostics=_SUMMARISE(ev.diagnostics))
+
+
+_SUMMARISE = jax.jit(diagnostics.summarise)
 
 
 @pytest.mark.parametrize("tau", [1, 10])
