@@ -90,23 +90,24 @@ def _parser() -> argparse.ArgumentParser:
     scale.add_argument("--shard", default=None, metavar="I/N",
                        help="run only the I-th of N deterministic shares of the work, e.g. for "
                             "a batch-queue array job; combine the stores with `merge`")
+    one_agent = argparse.ArgumentParser(add_help=False)  # run and diagnose: one agent config
+    one_agent.add_argument("--agent", required=True,
+                           help="registered agent name (see `neural-testbed agents`)")
+    one_agent.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                           metavar="KEY=VALUE",
+                           help="change a hyperparameter of the agent's default config, "
+                                "e.g. --set l2_weight_decay=0.1 adaptive_weight_scale=false")
     fmt = argparse.ArgumentParser(add_help=False)
     fmt.add_argument("--format", default="table", choices=["table", "csv", "markdown"],
                      help="output format (default: table)")
 
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
-        "run", parents=[common, db, sweep_choice, compute, scale],
+        "run", parents=[common, db, sweep_choice, compute, scale, one_agent],
         help="evaluate one agent config on a problem sweep",
         description="Train an agent once per problem of a sweep, evaluate d_KL at each tau "
                     "(1 and 100), store every row, and print a table and an aggregate line. "
                     "Results already in the store are reused.")
-    run.add_argument("--agent", required=True,
-                     help="registered agent name (see `neural-testbed agents`)")
-    run.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
-                     metavar="KEY=VALUE",
-                     help="change a hyperparameter of the agent's default config, "
-                          "e.g. --set l2_weight_decay=0.1 adaptive_weight_scale=false")
     run.add_argument("--output", metavar="CSV", help="also write this run's rows to a CSV file")
 
     sweep = commands.add_parser(
@@ -180,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
                            "both (see `correlate`)")
 
     diagnose = commands.add_parser(
-        "diagnose", parents=[common, db, sweep_choice, compute],
+        "diagnose", parents=[common, db, sweep_choice, compute, one_agent],
         help="everything beside the KL for one agent on one problem, with figures",
         description="Train an agent on one problem (or reuse its stored rows), and print its "
                     "KL with the diagnostics computed from the same belief samples: "
@@ -188,13 +189,9 @@ def _parser() -> argparse.ArgumentParser:
                     "out-of-distribution inputs, UPDS / AUD, and the estimator's health. Writes "
                     "reliability.png, upds.png and rejection.png (from the smallest tau's row) "
                     "into --out. Rows are stored like run's.")
-    diagnose.add_argument("--agent", required=True,
-                          help="registered agent name (see `neural-testbed agents`)")
     diagnose.add_argument("--problem", required=True,
                           help="problem id, e.g. classification_2d/17 (looked up in --sweep, "
                                "then in the paper sweep)")
-    diagnose.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
-                          metavar="KEY=VALUE", help="change a hyperparameter of the default config")
     diagnose.add_argument("--out", default="neural_testbed_diagnostics", metavar="DIR",
                           help="directory for the PNG files (default: ./neural_testbed_diagnostics)")
     diagnose.set_defaults(workers=1, backend="local", address=None, shard=None)  # one problem
@@ -440,8 +437,6 @@ def _diagnose_problem(args):
 
 
 def _cmd_diagnose(args) -> int:
-    from neural_testbed import diagnostics
-
     spec = registry.get_agent(args.agent)
     config = registry.parse_overrides(spec, args.overrides)
     figures = _diagnostic_figures()
@@ -476,7 +471,7 @@ def _cmd_diagnose(args) -> int:
                                                 else f" ({r['estimator']})") for r, _ in records]
     lines = [dict(zip(names, [name] + ["n/a" if rec[name] is None else f"{rec[name]:.4g}"
                                        for _, rec in records]))
-             for name in diagnostics.METRICS]
+             for name in diagnostics_report.METRICS]
     print(scoring.format_records(lines, "table", names))
     row, record = records[0]
     title = f"{args.agent} on {args.problem}, tau = {row['tau']}"

@@ -8,43 +8,24 @@ Agg canvas of their own, never through ``pyplot``, like the paper's figures in
 
 from __future__ import annotations
 
+import collections
 import json
 import math
-import os
 import pathlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-try:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-except ImportError as error:  # matplotlib is only needed for figures
-    raise ImportError("neural_testbed.diagnostics.figures needs matplotlib: "
-                      "pip install matplotlib") from error
-
 import numpy as np
 
 from neural_testbed.diagnostics import report
+from neural_testbed.leaderboard.plots import new_figure, save_figure  # needs matplotlib
 from neural_testbed.likelihood import kl
 
 __all__ = ["figure_kl_per_tau", "figure_rejection", "figure_reliability", "figure_upds",
            "record_of", "save_diagnostic_figures", "tau_curves"]
 
-_DPI = 100
 _CONDITION_STYLE = {"in": ("in distribution", "C0", "-"), "out": ("out of distribution", "C3", "-"),
                     "correct": ("right", "C2", "--"), "wrong": ("wrong", "C1", "--")}
-
-
-def _figure(size: tuple[float, float]) -> Figure:
-    figure = Figure(figsize=size, dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def _save(figure: Figure, path: str | os.PathLike) -> pathlib.Path:
-    path = pathlib.Path(path)
-    figure.savefig(path, dpi=_DPI, format="png")
-    return path
 
 
 def _centres(num_bins: int) -> np.ndarray:
@@ -60,7 +41,7 @@ def figure_reliability(record: Mapping[str, Any], path, title: str = "") -> path
     rel = record["reliability"]
     count, correct, confidence = (_array(rel[k]) for k in ("count", "correct", "confidence"))
     shown = count > 0
-    figure = _figure((5, 5))
+    figure = new_figure((5, 5))
     ax = figure.subplots()
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="calibrated")
     ax.bar(_centres(len(count))[shown], (correct / np.maximum(count, 1))[shown],
@@ -70,13 +51,13 @@ def figure_reliability(record: Mapping[str, Any], path, title: str = "") -> path
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top class probability)",
            ylabel="accuracy", title=title or "reliability diagram")
     ax.legend(loc="upper left", fontsize=8)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def figure_upds(record: Mapping[str, Any], path, title: str = "") -> pathlib.Path:
     """Mean aleatoric, epistemic and total uncertainty per rescaled-confidence bin,
     in and out of distribution and for right and wrong predictions (Li & Zhu 3.3.1)."""
-    figure = _figure((13, 4))
+    figure = new_figure((13, 4))
     axes = figure.subplots(1, len(report.UNCERTAINTIES))
     centres = _centres(record["bins"])
     for ax, kind in zip(axes, report.UNCERTAINTIES):
@@ -93,13 +74,13 @@ def figure_upds(record: Mapping[str, Any], path, title: str = "") -> pathlib.Pat
     axes[0].legend(fontsize=8)
     if title:
         figure.suptitle(title)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def figure_rejection(record: Mapping[str, Any], path, title: str = "") -> pathlib.Path:
     """Empirical CDFs of the rescaled confidence in and out of distribution (Li & Zhu
     3.1): the area between them is the rejection ability."""
-    figure = _figure((5, 5))
+    figure = new_figure((5, 5))
     ax = figure.subplots()
     edges = np.linspace(0, 1, record["bins"] + 1)
     for condition in ("in", "out"):
@@ -115,7 +96,7 @@ def figure_rejection(record: Mapping[str, Any], path, title: str = "") -> pathli
            ylabel="fraction of inputs at or below",
            title=f"{title}\n{summary}" if title else summary)
     ax.legend(loc="upper left", fontsize=8)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def save_diagnostic_figures(record: Mapping[str, Any], out_dir, prefix: str = "",
@@ -141,9 +122,7 @@ def tau_curves(rows: Iterable[Mapping[str, Any]],
         curve.setdefault((r["tau"], r["estimator"]), {})[r["problem_id"]] = (r["kl"],
                                                                             r["kl_stderr"])
     by_key = {k: c for k, c in by_key.items() if len({tau for tau, _ in c}) >= 3}
-    configs_of: dict[str, int] = {}
-    for agent, _ in by_key:
-        configs_of[agent] = configs_of.get(agent, 0) + 1
+    configs_of = collections.Counter(agent for agent, _ in by_key)
     curves = {}
     for (agent, config_hash), curve in sorted(by_key.items()):
         name = agent if configs_of[agent] == 1 else f"{agent} [{config_hash[:6]}]"
@@ -168,7 +147,7 @@ def figure_kl_per_tau(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, 
     if not curves:
         raise ValueError("no agent config has rows at three or more taus; run with "
                          "--taus 1,2,5,10,20,50,100 first")
-    figure = _figure((7, 5))
+    figure = new_figure((7, 5))
     ax = figure.subplots()
     for i, (name, curve) in enumerate(curves.items()):
         colour = f"C{i % 10}"
@@ -191,7 +170,7 @@ def figure_kl_per_tau(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, 
                  "(hollow: Monte Carlo there)")
     ax.title.set_fontsize(10)
     ax.legend(fontsize=8)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def record_of(row: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -47,8 +47,10 @@ __all__ = [
     "figure_normalised_kl",
     "figure_prior_functions",
     "figure_testbed_vs_real",
+    "new_figure",
     "prior_function_label",
     "prior_function_ratios",
+    "save_figure",
     "save_figures",
 ]
 
@@ -63,13 +65,15 @@ _SNR = {0.01: "high SNR", 0.1: "medium SNR", 0.5: "low SNR"}  # the paper's temp
 _GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
 
 
-def _new_figure(figsize: tuple[float, float]) -> Figure:
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A figure on its own Agg canvas (never pyplot's), laid out to fit."""
     figure = Figure(figsize=figsize, dpi=_DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
 
 
-def _save(figure: Figure, path: str | os.PathLike) -> pathlib.Path:
+def save_figure(figure: Figure, path: str | os.PathLike) -> pathlib.Path:
+    """Writes ``figure`` as a PNG at the fixed DPI (its folder made if missing)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=_DPI, format="png")
@@ -122,7 +126,7 @@ def figure_normalised_kl(
     if not records:
         raise ValueError("no agent records to plot")
     colours = _colours((r["agent"] for r in records), baseline)
-    figure = _new_figure(_SIZE_FIGURE_2)
+    figure = new_figure(_SIZE_FIGURE_2)
     axes = figure.subplots(1, 2)
     positions = np.arange(len(records))
     labels = [r["agent"] + ("*" if r.get("flag") else "") for r in records]
@@ -150,7 +154,7 @@ def figure_normalised_kl(
         ax.set_ylim(0, max(h + e for h, e in zip(heights, errors)) * 1.15 or 1.0)
     if any(r.get("flag") for r in records):
         figure.supxlabel("* flagged: missing problems or clipped KL terms", fontsize=9)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def figure_kl_vs_num_train(
@@ -178,7 +182,7 @@ def figure_kl_vs_num_train(
         raise ValueError(f"no KL results at tau={tau} to plot")
     colours = _colours((r["agent"] for r in records), baseline)
     temperatures = sorted({r["temperature"] for r in records})
-    figure = _new_figure(_SIZE_FIGURES_8_9)
+    figure = new_figure(_SIZE_FIGURES_8_9)
     axes = figure.subplots(1, len(temperatures), squeeze=False)[0]
     agents = sorted({r["agent"] for r in records}, key=lambda a: (a == baseline, a))
     for ax, temperature in zip(axes, temperatures):
@@ -204,7 +208,7 @@ def figure_kl_vs_num_train(
     axes[-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper right")
     figure.suptitle(f"{'NLL' if real else 'KL'} at tau = {tau} against the number of "
                     "training pairs")
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def figure_kl_vs_time(
@@ -236,7 +240,7 @@ def figure_kl_vs_time(
     divisor = baseline_kl_100 if normalised else 1.0
     colours = _colours((r["agent"] for r in records), baseline)
     most = max(r["problems"] for r in records)
-    figure = _new_figure(_SIZE_FIGURE_10)
+    figure = new_figure(_SIZE_FIGURE_10)
     ax = figure.subplots()
     for agent in sorted({r["agent"] for r in records}):
         mine = [r for r in records if r["agent"] == agent]
@@ -257,7 +261,7 @@ def figure_kl_vs_time(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def figure_testbed_vs_real(
@@ -289,7 +293,7 @@ def figure_testbed_vs_real(
         raise ValueError(f"no configs with testbed and real-data scores in the {regime} regime "
                          "to plot")
     colours = _colours(r["agent"] for r in records)
-    figure = _new_figure(_SIZE_FIGURE_6B)
+    figure = new_figure(_SIZE_FIGURE_6B)
     ax = figure.subplots()
     for r in records:
         value = f"{r['correlation']:.2f}" if _finite(r["correlation"]) else "n/a"
@@ -312,7 +316,7 @@ def figure_testbed_vs_real(
                  "r: Pearson across configs (5th, 95th bootstrap percentiles)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def save_figures(
@@ -430,7 +434,7 @@ def figure_prior_functions(
     taus, wheres = sorted({t for t, _ in panels}), sorted({w for _, w in panels}, key=str)
     labels = sorted({label for _, _, label in ratios})
     colours = _colours(labels)
-    figure = _new_figure(_SIZE_FIGURE_7)
+    figure = new_figure(_SIZE_FIGURE_7)
     axes = figure.subplots(len(taus), len(wheres), squeeze=False)
     for i, tau in enumerate(taus):
         for j, where in enumerate(wheres):
@@ -455,7 +459,7 @@ def figure_prior_functions(
                 ax.set_ylabel(f"{agent} / {baseline} (mean over seeds)")
     axes[0][-1].legend(title="prior function", fontsize=8)
     figure.suptitle(f"{agent} prior functions relative to {baseline} (below 1: the prior helps)")
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def figure_agent_samples(
@@ -508,7 +512,7 @@ def figure_agent_samples(
         index = agent.enn.sample_index(member_key)
         maps.append((f"sampled member {i + 1}", class_1(agent.enn.apply(state, inputs, index))))
 
-    figure = _new_figure((_PANEL_FIGURE_5 * len(maps) + 1, 4))
+    figure = new_figure((_PANEL_FIGURE_5 * len(maps) + 1, 4))
     axes = figure.subplots(1, len(maps), sharey=True)
     x, y = np.asarray(data.x), np.asarray(data.y)
     others = "y = 0" if problem.num_classes == 2 else "y != 1"
@@ -532,4 +536,4 @@ def figure_agent_samples(
     figure.suptitle(f"{problem.problem_id}: {_temperature_title(problem.temperature)}, "
                     f"T = {problem.num_train}; black line: decision boundary P = 0.5",
                     fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)
