@@ -4,6 +4,7 @@ from neural_testbed.likelihood.estimators import (
     monte_carlo_log_likelihood,
     partition_cells,
     partition_log_likelihood,
+    partition_log_likelihood_and_cells,
 )
 from neural_testbed.likelihood.kl import (
     ESTIMATORS,
@@ -24,4 +25,5 @@ __all__ = [
     "monte_carlo_log_likelihood",
     "partition_cells",
     "partition_log_likelihood",
+    "partition_log_likelihood_and_cells",
 ]

@@ -160,9 +160,11 @@ def make_evaluator(
     num_chunks = num_test // chunk
 
     def log_likelihood(key, log_probs, labels, log_weights):
+        """The joint log-likelihood and Algorithm 4's occupied cells (NaN for Algorithm 3)."""
         if method == "monte_carlo":
-            return estimators.monte_carlo_log_likelihood(log_probs, labels, log_weights)
-        return estimators.partition_log_likelihood(
+            return (estimators.monte_carlo_log_likelihood(log_probs, labels, log_weights),
+                    jnp.array(jnp.nan))
+        return estimators.partition_log_likelihood_and_cells(
             key, log_probs, labels, log_weights, num_hyperplanes=num_hyperplanes,
             numerics=numerics, num_samples=num_samples)
 
@@ -220,10 +222,7 @@ def make_evaluator(
             x, y, keys, weights, indices = chunk_data
             log_probs = jax.nn.log_softmax(member_logits(x, indices))  # [chunk, members, inputs, K]
             scored = log_probs[:, :, :tau]
-            log_lik = jax.vmap(log_likelihood)(keys, scored, y, weights)
-            cells = (jax.vmap(lambda k, lp, w: estimators.occupied_cells(
-                k, lp, w, num_hyperplanes))(keys, scored, weights)
-                if method == "partition" else jnp.full((chunk,), jnp.nan))
+            log_lik, cells = jax.vmap(log_likelihood)(keys, scored, y, weights)
             mean_log_probs = jax.nn.logsumexp(log_probs + weights[:, :, None, None], axis=1)
             # The split of the first input and the out-of-distribution one: N of each.
             probed = log_probs[:, :, ::tau] if has_ood else log_probs[:, :, :1]

@@ -152,6 +152,27 @@ def test_partition_merges_members_in_one_cell_by_averaging():
     np.testing.assert_allclose(float(est), 2 * np.log(0.605), rtol=1e-5)
 
 
+@pytest.mark.parametrize("numerics", ["reference", "paper"])
+def test_occupied_cells_count_the_cells_of_drawn_members(numerics):
+    """The count beside the estimate is the number of distinct cells of members with weight > 0;
+    the estimate is the one partition_log_likelihood gives alone."""
+    key, probs_key = jax.random.split(jax.random.key(3))
+    log_probs = jax.nn.log_softmax(jax.random.normal(probs_key, (50, 4, 3)))  # 50 members
+    labels = jnp.array([0, 1, 2, 0])
+    cells = np.asarray(likelihood.partition_cells(key, log_probs, num_hyperplanes=3))
+    undrawn = cells == cells[0]  # one whole cell of members never drawn: it must not count
+    weights = np.where(undrawn, 0.0, 1.0 / np.sum(~undrawn))
+    log_weights = jnp.log(jnp.asarray(weights, jnp.float32))
+    both = jax.jit(likelihood.partition_log_likelihood_and_cells,
+                   static_argnames=("num_hyperplanes", "numerics"))
+    estimate, count = both(key, log_probs, labels, log_weights, num_hyperplanes=3,
+                           numerics=numerics)
+    assert len(set(cells)) > 2  # the check is not trivial: several of the 2^3 cells
+    assert int(count) == len(set(cells)) - 1
+    alone = _partition(key, log_probs, labels, log_weights, num_hyperplanes=3, numerics=numerics)
+    np.testing.assert_allclose(float(estimate), float(alone), rtol=1e-6)
+
+
 def test_estimates_stay_finite_for_confident_members():
     """Log space: a member that puts log-prob -200 on the label does not underflow the estimate."""
     log_p = jnp.array([[[-200.0, 0.0]] * 100, [[-1.0, -0.4587]] * 100])  # [2, tau=100, 2]
