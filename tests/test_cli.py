@@ -30,24 +30,32 @@ def test_problems_lists_the_sweep(capsys):
 
 
 def test_run_prints_each_problem_and_an_aggregate_and_writes_csv(tmp_path, capsys):
+    # taus 1 and 2: the command's output, not the tau = 100 estimate, is under test here.
     out_csv = tmp_path / "rows.csv"
-    status = cli.main(["run", "--agent", "mlp", "--set", "num_steps=50", "--quiet",
+    status = cli.main(["run", "--agent", "mlp", "--set", "num_steps=50", "--quiet", "--sweep",
+                       "smoke", "--taus", "1,2", "--db", str(tmp_path / "r.db"),
                        "--output", str(out_csv)])
     assert status == 0
     out = capsys.readouterr().out
-    for pid in leaderboard.get_sweep("quick"):
+    for pid in leaderboard.get_sweep("smoke"):
         assert pid in out
-    assert "aggregate (stratified ± se): d_KL^1 = " in out and "d_KL^100 = " in out and "d_KL^agg = " in out
+    assert "aggregate (stratified ± se): d_KL^1 = " in out and "d_KL^2 = " in out and "d_KL^agg = " in out
     with open(out_csv) as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 2 * len(leaderboard.get_sweep("quick"))
-    assert {r["tau"] for r in rows} == {"1", "100"} and {r["status"] for r in rows} == {"ok"}
+    assert len(rows) == 2 * len(leaderboard.get_sweep("smoke"))
+    assert {r["tau"] for r in rows} == {"1", "2"} and {r["status"] for r in rows} == {"ok"}
+
+
+def test_run_defaults_to_the_quick_sweep_at_taus_1_and_100():
+    args = cli._parser().parse_args(["run", "--agent", "mlp"])
+    assert args.sweep == "quick" and args.taus is None
+    assert {p.taus for p in leaderboard.get_sweep("quick").values()} == {(1, 100)}
 
 
 def test_run_of_one_shard_counts_the_other_shards_problems_as_not_computed(tmp_path, capsys):
     # smoke has two shapes (T = 10 and 100), so shard 1/2 computes the two T = 10 problems.
     status = cli.main(["run", "--agent", "mlp", "--set", "num_steps=50", "--quiet", "--sweep",
-                       "smoke", "--shard", "1/2", "--db", str(tmp_path / "s.db")])
+                       "smoke", "--taus", "1,2", "--shard", "1/2", "--db", str(tmp_path / "s.db")])
     assert status == 0
     aggregate = capsys.readouterr().out.splitlines()[-2]
     assert aggregate.endswith("2 of 4 problems, 2 not computed here (other shards)"), aggregate

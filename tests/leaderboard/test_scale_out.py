@@ -16,7 +16,9 @@ from neural_testbed.leaderboard import store as store_lib
 
 HERE = pathlib.Path(__file__).parent
 TOY, BROKEN = str(HERE / "toy_agent.py"), str(HERE / "broken_agent.py")
-PROBLEMS = list(leaderboard.get_sweep("smoke").values())
+# The smoke sweep at N = M = 100: executors, shards and merge are under test, not the estimates.
+PROBLEMS = [dataclasses.replace(p, num_test=100, num_samples=100)
+            for p in leaderboard.get_sweep("smoke").values()]
 RESULT = ("agent", "config_hash", "problem_id", "tau", "kl", "kl_stderr", "accuracy", "ece",
           "status", "error")
 
@@ -39,9 +41,9 @@ def user_agents():
         sys.modules.pop(module, None)
 
 
-def _sweep(path, **kwargs):
+def _sweep(path, problems=PROBLEMS, **kwargs):
     with leaderboard.ResultsStore(path) as store:
-        summary = leaderboard.run_sweep("toy", registry.get_agent("toy").sweep(), PROBLEMS, store,
+        summary = leaderboard.run_sweep("toy", registry.get_agent("toy").sweep(), problems, store,
                                         imports=(TOY,), progress=False, **kwargs)
         return summary, [tuple(r[c] for c in RESULT) for r in store.rows()]
 
@@ -124,9 +126,11 @@ def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(plain, tmp_path):
+def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'neural-testbed[ray]')")
     psutil = pytest.importorskip("psutil")
+    # The command runs the smoke sweep at its full size, so the plain rows are of it too.
+    plain = _sweep(tmp_path / "plain.db", list(leaderboard.get_sweep("smoke").values()))[1]
     # Every process of this run inherits the marker, so the test never touches
     # another run's Ray workers on a shared machine.
     marker = f"{os.getpid()}-{tmp_path.name}"
