@@ -28,6 +28,7 @@ __all__ = [
     "ProblemInstance",
     "ProblemKeys",
     "ProblemResult",
+    "RegressionPriorKnowledge",
     "TestSamples",
     "as_sampler",
     "ood_key",
@@ -40,7 +41,7 @@ class Data(NamedTuple):
     """Labelled inputs."""
 
     x: jax.Array  # [num_data, input_dim] float32
-    y: jax.Array  # [num_data] int32 class labels
+    y: jax.Array  # [num_data] int32 class labels, or float32 targets for regression
 
 
 @flax.struct.dataclass
@@ -58,6 +59,22 @@ class PriorKnowledge:
     num_train: int = flax.struct.field(pytree_node=False)  # T
     env_hidden: tuple[int, ...] = flax.struct.field(pytree_node=False)  # environment MLP widths
     temperature: Any  # float or float32 scalar array
+
+
+@flax.struct.dataclass
+class RegressionPriorKnowledge:
+    """What an agent is told about a regression problem before training.
+
+    The targets are ``y = f(x) + noise`` with Gaussian noise of the known
+    ``noise_variance`` (the only leaf, so that problems of one shape but
+    different noise train together under ``vmap``) and ``f`` drawn from a
+    Gaussian process with the kernel named by ``kernel``.
+    """
+
+    input_dim: int = flax.struct.field(pytree_node=False)
+    num_train: int = flax.struct.field(pytree_node=False)  # T
+    kernel: str = flax.struct.field(pytree_node=False)  # e.g. "relu_nngp"
+    noise_variance: Any  # float or float32 scalar array
 
 
 State = Any  # an agent's trained state, any pytree

@@ -23,6 +23,7 @@ from neural_testbed.agents.hypermodel import (
 from neural_testbed.agents.knn import KnnConfig, knn_sweep, make_knn_agent
 from neural_testbed.agents.laplace import LaplaceConfig, laplace_sweep, make_laplace_agent
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
+from neural_testbed.agents.oracle_gp import make_oracle_gp_agent
 from neural_testbed.agents.random_forest import (
     RandomForestConfig,
     make_random_forest_agent,
@@ -74,6 +75,7 @@ __all__ = [
     "make_knn_agent",
     "make_laplace_agent",
     "make_mlp_agent",
+    "make_oracle_gp_agent",
     "make_random_forest_agent",
     "make_sgmcmc_agent",
     "mlp_sweep",

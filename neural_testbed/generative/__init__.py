@@ -1,5 +1,7 @@
-"""Problem families behind the problem protocol: random-MLP classification, real datasets."""
+"""Problem families behind the problem protocol: random-MLP classification, real datasets,
+Gaussian-process regression."""
 
+from neural_testbed.generative.gp_regression import GPEnvironment, GPRegressionProblem
 from neural_testbed.generative.mlp_classification import (
     Environment,
     MLPClassificationProblem,
@@ -17,6 +19,8 @@ from neural_testbed.generative.real_classification import (
 
 __all__ = [
     "Environment",
+    "GPEnvironment",
+    "GPRegressionProblem",
     "MLPClassificationProblem",
     "RealClassificationProblem",
     "check_temperature",

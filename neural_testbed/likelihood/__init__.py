@@ -1,4 +1,7 @@
-"""Joint log-likelihood estimators and the KL (or NLL) estimate."""
+"""Joint log-likelihood estimators and the KL (or NLL) estimate; ``regression`` for
+regression problems."""
+
+from neural_testbed.likelihood import regression
 
 from neural_testbed.likelihood.estimators import (
     monte_carlo_log_likelihood,
@@ -26,4 +29,5 @@ __all__ = [
     "partition_cells",
     "partition_log_likelihood",
     "partition_log_likelihood_and_cells",
+    "regression",
 ]

@@ -1,0 +1,180 @@
+"""Gaussian-process regression problems with an exact oracle.
+
+A function ``f`` is drawn from a Gaussian process with the kernel of an
+infinitely wide one-hidden-layer ReLU network
+(:func:`kernels.relu_nngp_kernel`), jointly at the T training inputs and a
+pool of P test inputs, all ``x ~ N(0, I_d)``; targets are ``y = f(x) + e``
+with ``e ~ N(0, noise_variance)``. A test tau-sample is tau inputs drawn with
+replacement from the pool, with fresh noise, so its exact log-likelihood under
+``f`` is known: the regression analogue of the classification testbed, scored
+against the fixed sampled function (as the reference testbed's regression
+environment does). The pool makes ``f`` a finite Gaussian vector that can be
+drawn exactly; the posterior given the training data is the oracle
+(:mod:`neural_testbed.agents.oracle_gp`).
+
+Reference: Wang et al., "Beyond marginal uncertainty: how accurately can
+Bayesian regression models estimate posterior predictive correlations?",
+section 5 (the synthetic setting).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from neural_testbed import base
+from neural_testbed.generative import kernels
+from neural_testbed.likelihood.regression import gaussian_log_density
+
+__all__ = [
+    "GPEnvironment",
+    "GPRegressionProblem",
+    "KERNELS",
+    "prior_covariance",
+    "same_input",
+    "sample_test_data",
+]
+
+KERNELS = {"relu_nngp": kernels.relu_nngp_kernel}
+
+# Variance of an independent jitter on f at each distinct input, part of the
+# environment's definition (the oracle's prior includes it): it keeps the
+# joint Cholesky factor of T + P nearby inputs finite in float32.
+RIDGE = 1e-4
+
+
+class GPEnvironment(NamedTuple):
+    """A sampled regression environment: ``f`` on the test pool, and the noise."""
+
+    pool_x: jax.Array  # [P, d]
+    pool_f: jax.Array  # [P]
+    noise_variance: jax.Array | float
+
+
+def same_input(x1: jax.Array, x2: jax.Array) -> jax.Array:
+    """``[n, m]`` float 1.0 where two inputs are identical: where the ridge applies."""
+    return jnp.all(x1[:, None, :] == x2[None, :, :], axis=-1).astype(x1.dtype)
+
+
+def prior_covariance(kernel: str, x1: jax.Array, x2: jax.Array) -> jax.Array:
+    """The environment's prior covariance of ``f``: the kernel plus the ridge."""
+    return KERNELS[kernel](x1, x2) + RIDGE * same_input(x1, x2)
+
+
+@functools.partial(jax.jit, static_argnames=("num_test", "tau"))
+def sample_test_data(key: jax.Array, env: GPEnvironment, num_test: int,
+                     tau: int) -> base.TestSamples:
+    """``num_test`` tau-samples from the pool (with replacement), fresh noise, exact
+    log-likelihoods ``sum_t log N(y_t; f(x_t), noise_variance)``."""
+    index_key, noise_key = jax.random.split(key)
+    index = jax.random.randint(index_key, (num_test, tau), 0, env.pool_x.shape[0])
+    noise = jnp.sqrt(env.noise_variance) * jax.random.normal(noise_key, (num_test, tau))
+    return base.TestSamples(x=env.pool_x[index], y=env.pool_f[index] + noise,
+                            log_likelihood=gaussian_log_density(noise, env.noise_variance))
+
+
+PROBLEM_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class GPRegressionProblem:
+    """One GP regression problem and its evaluation settings.
+
+    Each (d, noise variance, T, seed) draws its function, training data and
+    test data from its own key (a hash of its definition): problems are
+    independent.
+    """
+
+    problem_id: str  # stable id, e.g. "regression/17"
+    input_dim: int  # d
+    num_train: int  # T
+    seed: int  # replicate index within its (d, noise variance, T) setting
+    noise_variance: float = 0.01  # of the Gaussian noise on the targets
+    kernel: str = "relu_nngp"  # the Gaussian process f is drawn from
+    num_pool: int = 1000  # P, test inputs f is drawn at
+    taus: tuple[int, ...] = (1, 100)
+    num_test: int = 1000  # N, test tau-samples per tau
+    num_samples: int = 1000  # M, belief samples per test tau-sample
+
+    metric = "kl"  # the exact likelihood is known
+    num_classes = 1  # one real output per input
+    num_hyperplanes = 7  # unused: regression has no partition estimator
+
+    def __post_init__(self):
+        for name in ("input_dim", "num_train", "num_pool", "num_test", "num_samples"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{self.problem_id}: {name} must be an integer >= 1, "
+                                 f"got {value!r}")
+        if not isinstance(self.noise_variance, (int, float)) or not self.noise_variance > 0 \
+                or self.noise_variance == float("inf"):
+            raise ValueError(f"{self.problem_id}: noise_variance must be a finite number > 0, "
+                             f"got {self.noise_variance!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"{self.problem_id}: unknown kernel {self.kernel!r}; allowed: "
+                             f"{', '.join(KERNELS)}")
+        if not self.taus or any(not isinstance(t, int) or t < 1 for t in self.taus):
+            raise ValueError(f"{self.problem_id}: every tau must be an integer >= 1, "
+                             f"got {self.taus!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"{self.problem_id}: seed must be an integer >= 0, got {self.seed!r}")
+
+    @property
+    def temperature(self) -> float:
+        """The noise variance: regression's signal-to-noise coordinate, where the
+        classification testbed has its temperature."""
+        return self.noise_variance
+
+    @property
+    def shape(self) -> tuple:
+        return ("gp_regression", self.input_dim, self.num_train, self.kernel, self.num_pool,
+                self.taus, self.num_test, self.num_samples)
+
+    @property
+    def stratum(self) -> tuple[tuple[int, float], int]:
+        """Problems are stratified by ((d, noise variance), T)."""
+        return (self.input_dim, self.noise_variance), self.num_train
+
+    @property
+    def key_seed(self) -> int:
+        """A 32-bit seed that is a stable hash of what defines the problem's draws."""
+        definition = (f"gp_regression/v{PROBLEM_VERSION}/d={self.input_dim}/"
+                      f"kernel={self.kernel}/P={self.num_pool}/"
+                      f"noise={self.noise_variance!r}/T={self.num_train}/seed={self.seed}")
+        return int.from_bytes(hashlib.sha256(definition.encode()).digest()[:4], "little")
+
+    def build_args(self) -> dict[str, jax.Array]:
+        return {"noise_variance": jnp.float32(self.noise_variance)}
+
+    def build(self, key: jax.Array, args) -> base.ProblemInstance:
+        x_key, f_key, noise_key = jax.random.split(key, 3)
+        x = jax.random.normal(x_key, (self.num_train + self.num_pool, self.input_dim))
+        chol = jnp.linalg.cholesky(prior_covariance(self.kernel, x, x))
+        f = chol @ jax.random.normal(f_key, (x.shape[0],))
+        noise_variance = args["noise_variance"]
+        noise = jnp.sqrt(noise_variance) * jax.random.normal(noise_key, (self.num_train,))
+        data = base.Data(x=x[:self.num_train], y=f[:self.num_train] + noise)
+        prior = base.RegressionPriorKnowledge(input_dim=self.input_dim,
+                                              num_train=self.num_train, kernel=self.kernel,
+                                              noise_variance=noise_variance)
+        env = GPEnvironment(x[self.num_train:], f[self.num_train:], noise_variance)
+        return base.ProblemInstance(data, prior, env)
+
+    def sample_test(self, key: jax.Array, env: GPEnvironment, tau: int) -> base.TestSamples:
+        return sample_test_data(key, env, self.num_test, tau)
+
+    def instance(self) -> base.ProblemInstance:
+        """The problem's function on the pool, training data and prior knowledge, now."""
+        template = dataclasses.replace(self, problem_id="", noise_variance=1.0, seed=0)
+        return _build_jit(base.problem_keys(self.key_seed).build, template, self.build_args())
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _build_jit(key, template: GPRegressionProblem, args) -> base.ProblemInstance:
+    """Compiled once per shape: ``template`` carries only the shape's fields."""
+    return template.build(key, args)

@@ -1,0 +1,131 @@
+"""d_KL^tau for regression problems: exact noise density against the agent's joint density.
+
+For each of N independent test tau-samples, the term is the exact
+log-density of its targets under the sampled function and the known Gaussian
+noise, minus the agent's joint predictive log-density of them. The agent's
+belief samples are functions ``f_m`` (its ENN's one output per input), M of
+them drawn afresh for each test sample, and its predictive density adds the
+known noise:
+
+- ``"monte_carlo"``: ``log (1/M) sum_m prod_t N(y_t; f_m(x_t), s^2)``, the
+  mixture the belief samples define; unbiased in density, but for large tau
+  one sample dominates and the estimate is biased low.
+- ``"gaussian"``: ``log N(y; mu, C + s^2 I)`` with ``mu`` and ``C`` the mean
+  and (1/M) covariance of the M sampled function values at the tau inputs:
+  exact for a Gaussian belief as M grows (the exact posterior of a GP is one),
+  an approximation of a non-Gaussian one.
+- ``"auto"``: Monte Carlo for tau < 10, Gaussian from tau = 10, the switch
+  the classification testbed uses between its Algorithms 3 and 4.
+
+Even the exact posterior scores above 0: what T points cannot tell about f.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from neural_testbed import base
+from neural_testbed.likelihood.kl import _largest_divisor_at_most, clip_infinite_terms
+
+__all__ = [
+    "ESTIMATORS",
+    "RegressionEvaluation",
+    "choose_estimator",
+    "gaussian_fit_log_density",
+    "gaussian_log_density",
+    "make_regression_evaluator",
+    "monte_carlo_log_density",
+]
+
+Estimator = Literal["auto", "monte_carlo", "gaussian"]
+ESTIMATORS = ("auto", "monte_carlo", "gaussian")
+_GAUSSIAN_FROM_TAU = 10
+# Sampled function values held at once, per chunk of test samples.
+_MAX_VALUES_PER_CHUNK = 2**20
+
+
+class RegressionEvaluation(NamedTuple):
+    """One problem's regression KL estimate."""
+
+    kl: jax.Array  # mean over the N test samples of exact minus agent log-density
+    kl_stderr: jax.Array  # standard error of that mean
+    outputs_valid: jax.Array  # bool: False if any sampled function value was NaN or inf
+    num_clipped: jax.Array  # int32: infinite terms replaced by the largest finite one
+
+
+def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:
+    """The estimator ``estimator`` means at ``tau``."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; allowed: {', '.join(ESTIMATORS)}")
+    if estimator == "auto":
+        return "monte_carlo" if tau < _GAUSSIAN_FROM_TAU else "gaussian"
+    return estimator
+
+
+def gaussian_log_density(residuals: jax.Array, variance) -> jax.Array:
+    """``sum_t log N(r_t; 0, variance)`` over the last axis."""
+    return -0.5 * jnp.sum(residuals**2 / variance + jnp.log(2 * jnp.pi * variance), axis=-1)
+
+
+def monte_carlo_log_density(f: jax.Array, y: jax.Array, noise_variance) -> jax.Array:
+    """``log (1/M) sum_m prod_t N(y_t; f[m, t], noise_variance)`` for ``f [M, tau]``."""
+    per_sample = gaussian_log_density(y[None, :] - f, noise_variance)
+    return jax.nn.logsumexp(per_sample) - jnp.log(f.shape[0])
+
+
+def gaussian_fit_log_density(f: jax.Array, y: jax.Array, noise_variance) -> jax.Array:
+    """``log N(y; mean, cov + noise_variance I)`` with the mean and (1/M) covariance of
+    ``f [M, tau]`` over its M samples."""
+    num_samples, tau = f.shape
+    mean = jnp.mean(f, axis=0)
+    centred = f - mean
+    cov = centred.T @ centred / num_samples + noise_variance * jnp.eye(tau)
+    chol = jnp.linalg.cholesky(cov)
+    z = jax.scipy.linalg.solve_triangular(chol, y - mean, lower=True)
+    return (-0.5 * jnp.dot(z, z) - jnp.sum(jnp.log(jnp.diag(chol)))
+            - 0.5 * tau * jnp.log(2 * jnp.pi))
+
+
+def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_samples: int,
+                              estimator: Estimator = "auto"):
+    """``evaluate(key, state, test, noise_variance) -> RegressionEvaluation``; jittable.
+
+    ``test`` is a :class:`base.TestSamples` with ``x [N, tau, d]``, float
+    targets ``y [N, tau]`` and their exact log-densities (or ``None``: the
+    result is then the negative log-likelihood). ``enn.apply`` gives one
+    output per input, ``[n, 1]``: a belief sample's function value.
+    """
+    for name, value in (("tau", tau), ("num_test", num_test), ("num_samples", num_samples)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    log_density = {"monte_carlo": monte_carlo_log_density,
+                   "gaussian": gaussian_fit_log_density}[choose_estimator(tau, estimator)]
+    chunk = _largest_divisor_at_most(num_test, _MAX_VALUES_PER_CHUNK // (num_samples * tau))
+
+    def evaluate(key: jax.Array, state: base.State, test: base.TestSamples,
+                 noise_variance) -> RegressionEvaluation:
+        if test.x.shape[:2] != (num_test, tau) or test.y.shape != (num_test, tau):
+            raise ValueError(f"test samples of shape x {test.x.shape}, y {test.y.shape}; "
+                             f"expected ({num_test}, {tau}, d) and ({num_test}, {tau})")
+        keys = jax.random.split(key, (num_test, num_samples))
+
+        def one(args):
+            x, y, sample_keys = args
+            f = jax.vmap(lambda k: enn.apply(state, x, enn.sample_index(k)))(sample_keys)
+            if f.shape != (num_samples, tau, 1):
+                raise ValueError(f"agent returned outputs of shape {f.shape[1:]} for inputs of "
+                                 f"shape {x.shape}; expected ({tau}, 1), one value per input")
+            f = f[..., 0]
+            return log_density(f, y, noise_variance), jnp.all(jnp.isfinite(f))
+
+        log_lik, valid = jax.lax.map(one, (test.x, test.y, keys), batch_size=chunk)
+        terms = -log_lik if test.log_likelihood is None else test.log_likelihood - log_lik
+        terms, num_clipped = clip_infinite_terms(terms)
+        stderr = (jnp.std(terms, ddof=1) / jnp.sqrt(num_test) if num_test > 1
+                  else jnp.zeros(()))
+        return RegressionEvaluation(jnp.mean(terms), stderr, jnp.all(valid), num_clipped)
+
+    return evaluate
