@@ -29,6 +29,7 @@ __all__ = [
     "ProblemKeys",
     "ProblemResult",
     "RegressionPriorKnowledge",
+    "Target",
     "TestSamples",
     "as_sampler",
     "ood_key",
@@ -155,6 +156,7 @@ def as_sampler(enn: ENN, state: State) -> EpistemicSampler:
 
 
 Metric = Literal["kl", "nll"]  # d_KL where the exact likelihood is known, else NLL
+Target = Literal["classification", "regression"]
 
 
 class TestSamples(NamedTuple):
@@ -167,9 +169,15 @@ class TestSamples(NamedTuple):
     """
 
     x: jax.Array  # [num_test, tau, input_dim]
-    y: jax.Array  # [num_test, tau] int32
+    y: jax.Array  # [num_test, tau] int32 labels, or float32 targets for regression
     log_likelihood: jax.Array | None  # [num_test], or None where it is not known (real data)
     ood_x: jax.Array | None = None  # [num_test, input_dim], or None: no rejection diagnostics
+    # Regression only: the known variance of the targets' Gaussian noise, and
+    # probe inputs with the exact posterior's correlations of f between them
+    # (for the metacorrelation); None for classification.
+    noise_variance: jax.Array | None = None
+    probe_x: jax.Array | None = None  # [Q, input_dim]
+    probe_correlation: jax.Array | None = None  # [Q, Q]
 
 
 class ProblemInstance(NamedTuple):
@@ -200,6 +208,7 @@ class Problem(Protocol):
     num_test: int  # N, test tau-samples per tau
     num_samples: int  # M, belief samples per test tau-sample
     num_hyperplanes: int  # Algorithm 4's d
+    target: Target  # "classification" (K classes) or "regression" (one real value per input)
 
     @property
     def metric(self) -> Metric:

@@ -44,7 +44,9 @@ def _parser() -> argparse.ArgumentParser:
         help="problem sweep: 'quick' (18 problems, about a minute for mlp), 'paper' (the "
              "paper's 210 problems), 'smoke' (4 problems, for checks), 'real' (170 problems "
              "on scikit-learn's iris, wine, breast cancer and 8x8 digits; needs the 'real' "
-             "extra) or 'real-quick' (16 of them); default: quick")
+             "extra), 'real-quick' (16 of them), 'regression' (180 Gaussian-process "
+             "regression problems, d in {1, 10, 100}), 'regression-quick' (8 of them) or "
+             "'regression-wang' (Wang et al.'s synthetic setting, 30 problems); default: quick")
     sweep_choice.add_argument(
         "--dataset", metavar="FILE",
         help="your own data instead of --sweep: a .npz with arrays x_train, y_train, x_test, "
@@ -308,11 +310,13 @@ def _parse_taus(text: str) -> tuple[int, ...]:
 def _cmd_problems(args) -> int:
     problems = _sweep_problems(args)
     real = any(p.metric == "nll" for p in problems.values())
-    first = "dataset" if real else "temperature"
+    regression = any(p.target == "regression" for p in problems.values())
+    first = "dataset" if real else "d, noise" if regression else "temperature"
     print(f"{'problem_id':<24}{first:>14}{'T':>6}{'seed':>6}  taus      N     M  metric")
     for p in problems.values():
         taus = ",".join(map(str, p.taus))
-        where = p.stratum[0] if real else f"{p.temperature:g}"
+        where = (p.stratum[0] if real else f"{p.input_dim}, {p.noise_variance:g}" if regression
+                 else f"{p.temperature:g}")
         print(f"{p.problem_id:<24}{where:>14}{p.num_train:>6}{p.seed:>6}  "
               f"{taus:<8}{p.num_test:>5}{p.num_samples:>6}  {p.metric}")
     return 0
@@ -326,6 +330,7 @@ def _compute(args, configs: Sequence[Any], announce: str,
     problems = list(_sweep_problems(args).values()) if problems is None else list(problems)
     sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
                             workers=args.workers, backend=args.backend, estimator=args.estimator)
+    sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator)
     shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
@@ -338,12 +343,19 @@ def _compute(args, configs: Sequence[Any], announce: str,
     return summary, problems
 
 
+def _number(value, spec: str) -> str:
+    """``value`` formatted with ``spec``, or n/a where it is undefined (None or NaN),
+    as accuracy and ECE are on regression problems."""
+    return "n/a" if value is None or value != value else format(value, spec)
+
+
 def _problem_table(rows: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> str:
     by_problem: dict[str, dict[int, Mapping[str, Any]]] = {}
     for row in rows:
         by_problem.setdefault(row["problem_id"], {})[row["tau"]] = row
     metric = rows[0]["metric"] if rows else "kl"
-    header = f"{'problem_id':<24}{'temp':>6}{'T':>6}{'seed':>5}"
+    regression = bool(rows) and rows[0]["num_classes"] == 1
+    header = f"{'problem_id':<24}{'noise' if regression else 'temp':>6}{'T':>6}{'seed':>5}"
     header += "".join(f"{f'{metric}(tau={tau}) ± se':>24}" for tau in taus)
     lines = [header + f"{'acc':>7}{'ece':>7}{'secs':>7}"]
     for pid, by_tau in by_problem.items():
@@ -359,7 +371,8 @@ def _problem_table(rows: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> st
         marginal = by_tau.get(taus[0])
         if marginal is not None and marginal["status"] == "ok":
             secs = first["train_seconds"] + sum(r["eval_seconds"] for r in by_tau.values())
-            line += f"{marginal['accuracy']:>7.3f}{marginal['ece']:>7.3f}{secs:>7.2f}"
+            line += (f"{_number(marginal['accuracy'], '.3f'):>7}"
+                     f"{_number(marginal['ece'], '.3f'):>7}{secs:>7.2f}")
         lines.append(line)
     return "\n".join(lines)
 
@@ -373,7 +386,8 @@ def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
     name = "d_KL" if r["metric"] == "kl" else "NLL"
     parts = [f"{name}^{tau} = {r[f'kl_{tau}']:.4f} ± {r[f'kl_{tau}_stderr']:.4f}" for tau in taus]
     parts.append(f"{name}^agg = {r['kl_agg']:.4f}")
-    parts.append(f"accuracy = {r['accuracy']:.3f}, ECE = {r['ece']:.3f}")
+    parts.append(f"accuracy = {_number(r['accuracy'], '.3f')}, "
+                 f"ECE = {_number(r['ece'], '.3f')}")
     # A problem of the sweep with no rows at all was left to another shard.
     num_failed = len({row["problem_id"] for row in rows if row["status"] != "ok"})
     num_missing = len(problems) - r["problems"] - num_failed

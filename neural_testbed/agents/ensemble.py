@@ -58,7 +58,7 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
     """Builds the ensemble agent.
 
     The loss is the mean over members and minibatch points of the softmax
-    cross-entropy; the weight decay is that of
+    cross-entropy (on regression problems, :func:`training.data_loss`'s Gaussian one); the weight decay is that of
     :func:`training.weight_decay_scale` with ``num_members=num_ensemble``. An
     index is a member id, drawn uniformly, so the evaluator evaluates each
     member once.
@@ -72,7 +72,8 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> EnsembleState:
         keys = ensembling.split_keys(key)
         params = ensembling.init_members(
-            keys.init, config.num_ensemble, prior.input_dim, (*config.hidden, prior.num_classes)
+            keys.init, config.num_ensemble, prior.input_dim,
+            (*config.hidden, training.output_size(prior))
         )
         scale = training.weight_decay_scale(
             config.l2_weight_decay, prior, config.adaptive_weight_scale, config.num_ensemble
@@ -82,7 +83,7 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
         def loss_fn(key, params, batch):
             del key  # deterministic networks
             logits = ensembling.apply_members(params, batch.x)  # [num_ensemble, batch, K]
-            return ensembling.member_cross_entropy(logits, batch.y).mean()
+            return training.data_loss(logits, batch.y, prior).mean()
 
         params, _ = training.train_minibatch(
             keys.train, loss_fn, params, data, optimizer, config.num_steps, config.batch_size

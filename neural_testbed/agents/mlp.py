@@ -1,4 +1,5 @@
-"""The mlp baseline: one MLP trained by cross-entropy with L2 weight decay.
+"""The mlp baseline: one MLP trained by cross-entropy (or, on regression problems, the
+Gaussian negative log-likelihood with the known noise) with L2 weight decay.
 
 It has no epistemic uncertainty: every index gives the same network, so the
 evaluator evaluates it once. It is the baseline every agent's KL is
@@ -12,7 +13,6 @@ import itertools
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from neural_testbed import base, networks
 from neural_testbed.agents import training, validation
@@ -49,7 +49,7 @@ def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge):
         init_key, train_key = jax.random.split(key)
         params = networks.init_mlp(
-            init_key, prior.input_dim, (*config.hidden, prior.num_classes)
+            init_key, prior.input_dim, (*config.hidden, training.output_size(prior))
         )
         scale = training.weight_decay_scale(
             config.l2_weight_decay, prior, config.adaptive_weight_scale
@@ -59,7 +59,7 @@ def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
         def loss_fn(key, params, batch):
             del key  # deterministic network
             logits = networks.apply_mlp(params, batch.x)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
+            return training.data_loss(logits, batch.y, prior).mean()
 
         params, _ = training.train_minibatch(
             train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size

@@ -10,6 +10,8 @@ d_KL^tau is what T points cannot tell about the function.
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -17,35 +19,36 @@ import jax.numpy as jnp
 from neural_testbed import base
 from neural_testbed.generative import gp_regression
 
-__all__ = ["OracleGPState", "make_oracle_gp_agent", "posterior"]
+__all__ = ["OracleGPConfig", "OracleGPState", "make_oracle_gp_agent", "oracle_gp_sweep",
+           "posterior"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleGPConfig:
+    """The oracle has no hyperparameters: everything it needs is its prior knowledge."""
 
 
 @flax.struct.dataclass
 class OracleGPState:
-    """The training inputs and the Cholesky solve of their noisy covariance."""
+    """The environment's process conditioned on the training pairs."""
 
-    x: jax.Array  # [T, d]
-    chol: jax.Array  # [T, T] lower Cholesky factor of K + ridge + noise
-    alpha: jax.Array  # [T] (K + ridge + noise)^-1 y
+    posterior: gp_regression.Posterior
     kernel: str = flax.struct.field(pytree_node=False)
 
 
 def posterior(state: OracleGPState, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The posterior mean ``[n]`` and covariance ``[n, n]`` of ``f`` at inputs ``x [n, d]``."""
-    cross = gp_regression.KERNELS[state.kernel](x, state.x)  # [n, T]
-    v = jax.scipy.linalg.solve_triangular(state.chol, cross.T, lower=True)  # [T, n]
-    return cross @ state.alpha, gp_regression.prior_covariance(state.kernel, x, x) - v.T @ v
+    return gp_regression.posterior_at(state.kernel, state.posterior, x)
 
 
-def make_oracle_gp_agent() -> base.Agent:
+def make_oracle_gp_agent(config: OracleGPConfig = OracleGPConfig()) -> base.Agent:
     """The exact posterior; its belief index is a PRNG key."""
+    del config  # nothing to set
 
     def train(key: jax.Array, data: base.Data, prior: base.RegressionPriorKnowledge):
         del key  # nothing random: the posterior is exact
-        cov = gp_regression.prior_covariance(prior.kernel, data.x, data.x)
-        chol = jnp.linalg.cholesky(cov + prior.noise_variance * jnp.eye(data.x.shape[0]))
-        alpha = jax.scipy.linalg.cho_solve((chol, True), data.y)
-        return OracleGPState(data.x, chol, alpha, prior.kernel)
+        return OracleGPState(gp_regression.condition(prior.kernel, data, prior.noise_variance),
+                             prior.kernel)
 
     def apply(state: OracleGPState, x: jax.Array, key: jax.Array) -> jax.Array:
         mean, cov = posterior(state, x)
@@ -56,3 +59,8 @@ def make_oracle_gp_agent() -> base.Agent:
         return (mean + root @ jax.random.normal(key, (x.shape[0],)))[:, None]
 
     return base.Agent(train, base.ENN(apply, sample_index=lambda key: key))
+
+
+def oracle_gp_sweep() -> tuple[OracleGPConfig, ...]:
+    """Its one config."""
+    return (OracleGPConfig(),)

@@ -26,6 +26,7 @@ from neural_testbed.agents import (
     knn,
     laplace,
     mlp,
+    oracle_gp,
     random_forest,
     sgmcmc,
 )
@@ -43,6 +44,8 @@ class AgentSpec:
       sweep: returns the hyperparameter sweep, a tuple of configs.
       make: builds the agent from a config.
       description: one line for ``neural-testbed agents``.
+      targets: the problems it can be evaluated on: ``"classification"``,
+        ``"regression"`` or both (a regression agent outputs one value per input).
     """
 
     config_type: type
@@ -50,10 +53,14 @@ class AgentSpec:
     sweep: Callable[[], Sequence[Any]]
     make: Callable[[Any], base.Agent | base.HostAgent]
     description: str = ""
+    targets: tuple[str, ...] = ("classification",)
 
     def __post_init__(self):
         if not (dataclasses.is_dataclass(self.config_type) and isinstance(self.config_type, type)):
             raise TypeError(f"config_type must be a dataclass type, got {self.config_type!r}")
+        if not self.targets or set(self.targets) - {"classification", "regression"}:
+            raise ValueError(f"targets must name 'classification' and/or 'regression', "
+                             f"got {self.targets!r}")
         if not isinstance(self.default, self.config_type):
             raise TypeError(
                 f"default must be an instance of {self.config_type.__name__}, got {self.default!r}"
@@ -67,6 +74,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=mlp.mlp_sweep,
         make=mlp.make_mlp_agent,
         description="one MLP (50, 50) with L2 weight decay; the baseline",
+        targets=("classification", "regression"),
     ),
     "ensemble": AgentSpec(
         config_type=ensemble.EnsembleConfig,
@@ -74,6 +82,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=ensemble.ensemble_sweep,
         make=ensemble.make_ensemble_agent,
         description="deep ensemble (Lakshminarayanan et al.): independently initialised MLPs",
+        targets=("classification", "regression"),
     ),
     "ensemble+": AgentSpec(
         config_type=ensemble_plus.EnsemblePlusConfig,
@@ -144,6 +153,14 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=epinet.epinet_sweep,
         make=epinet.make_epinet_agent,
         description="MLP plus a small epistemic network of a Gaussian index (Osband et al. 2021)",
+    ),
+    "oracle_gp": AgentSpec(
+        config_type=oracle_gp.OracleGPConfig,
+        default=oracle_gp.OracleGPConfig(),
+        sweep=oracle_gp.oracle_gp_sweep,
+        make=oracle_gp.make_oracle_gp_agent,
+        description="regression only: the exact GP posterior, told the kernel and the noise",
+        targets=("regression",),
     ),
 }
 

@@ -19,19 +19,43 @@ LossFn = Callable[[jax.Array, Params, base.Data], jax.Array]  # (key, params, ba
 
 def weight_decay_scale(
     l2_weight_decay: float,
-    prior: base.PriorKnowledge,
+    prior: base.PriorKnowledge | base.RegressionPriorKnowledge,
     adaptive_weight_scale: bool,
     num_members: int = 1,
 ) -> jax.Array:
     """The paper's L2 scale: ``lambda / (members * T)``, times ``d * sqrt(temperature)`` if adaptive.
 
     The adaptive factor lets one lambda serve every temperature and input
-    dimension (reference testbed, Appendix B).
+    dimension (reference testbed, Appendix B). On regression problems it is
+    ``d`` alone: the data term (:func:`data_loss`) is already divided by the
+    noise variance, which plays the temperature's part.
     """
     scale = l2_weight_decay / (num_members * prior.num_train)
     if adaptive_weight_scale:
-        scale = scale * prior.input_dim * jnp.sqrt(prior.temperature)
+        scale = scale * prior.input_dim
+        if not is_regression(prior):
+            scale = scale * jnp.sqrt(prior.temperature)
     return scale
+
+
+def is_regression(prior) -> bool:
+    """Whether an agent is told about a regression problem (else K-class classification)."""
+    return isinstance(prior, base.RegressionPriorKnowledge)
+
+
+def output_size(prior) -> int:
+    """A network's outputs: K class logits, or one real value for regression."""
+    return 1 if is_regression(prior) else prior.num_classes
+
+
+def data_loss(outputs: jax.Array, targets: jax.Array, prior) -> jax.Array:
+    """Per-example loss, ``[..., n, out]`` outputs against ``[n]`` targets: softmax
+    cross-entropy for classes; for regression the Gaussian negative log-likelihood
+    with the known noise, ``(y - f)^2 / (2 noise_variance)`` (constants dropped)."""
+    if is_regression(prior):
+        return (targets - outputs[..., 0]) ** 2 / (2 * prior.noise_variance)
+    targets = jnp.broadcast_to(targets, outputs.shape[:-1])
+    return optax.softmax_cross_entropy_with_integer_labels(outputs, targets)
 
 
 def adam_with_l2(learning_rate: float, scale) -> optax.GradientTransformation:

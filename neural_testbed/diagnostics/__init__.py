@@ -1,12 +1,21 @@
 """What is computed beside the KL from the same belief samples: calibration (the
 reliability diagram), the aleatoric / epistemic split, rejection of
 out-of-distribution inputs, and uncertainty-probability diagrams with their
-average uncertainty divergence (Li & Zhu)."""
+average uncertainty divergence (Li & Zhu); on regression problems, posterior
+predictive correlations (Wang et al.)."""
 
 from neural_testbed.diagnostics.calibration import (
     accuracy,
     expected_calibration_error,
     reliability_bins,
+)
+from neural_testbed.diagnostics.correlations import (
+    REGRESSION_METRICS,
+    RegressionDiagnostics,
+    as_regression_record,
+    metacorrelation,
+    regression_diagnostics,
+    sample_correlation,
 )
 from neural_testbed.diagnostics.divergence import (
     average_uncertainty_divergence,
@@ -31,21 +40,27 @@ __all__ = [
     "CONDITIONS",
     "METRICS",
     "NUM_BINS",
+    "REGRESSION_METRICS",
+    "RegressionDiagnostics",
     "UNCERTAINTIES",
     "Diagnostics",
     "Inputs",
     "Split",
     "accuracy",
     "as_record",
+    "as_regression_record",
     "average_uncertainty_divergence",
     "binned_sums",
     "covariances",
     "diagram",
+    "metacorrelation",
+    "regression_diagnostics",
     "ecdf_area",
     "expected_calibration_error",
     "rejection_ability",
     "reliability_bins",
     "rescaled_confidence",
+    "sample_correlation",
     "split",
     "summarise",
     "summarise_batch",

@@ -35,6 +35,10 @@ __all__ = [
     "GPEnvironment",
     "GPRegressionProblem",
     "KERNELS",
+    "Posterior",
+    "condition",
+    "correlation",
+    "posterior_at",
     "prior_covariance",
     "same_input",
     "sample_test_data",
@@ -49,11 +53,13 @@ RIDGE = 1e-4
 
 
 class GPEnvironment(NamedTuple):
-    """A sampled regression environment: ``f`` on the test pool, and the noise."""
+    """A sampled regression environment: ``f`` on the test pool, the noise, and the
+    exact posterior's correlations of ``f`` between the first Q pool inputs (the probes)."""
 
     pool_x: jax.Array  # [P, d]
     pool_f: jax.Array  # [P]
     noise_variance: jax.Array | float
+    probe_correlation: jax.Array  # [Q, Q]
 
 
 def same_input(x1: jax.Array, x2: jax.Array) -> jax.Array:
@@ -66,6 +72,34 @@ def prior_covariance(kernel: str, x1: jax.Array, x2: jax.Array) -> jax.Array:
     return KERNELS[kernel](x1, x2) + RIDGE * same_input(x1, x2)
 
 
+class Posterior(NamedTuple):
+    """The training inputs and the Cholesky solve of their noisy prior covariance."""
+
+    x: jax.Array  # [T, d]
+    chol: jax.Array  # [T, T] lower Cholesky factor of K + ridge + noise
+    alpha: jax.Array  # [T] (K + ridge + noise)^-1 y
+
+
+def condition(kernel: str, data: base.Data, noise_variance) -> Posterior:
+    """The environment's Gaussian process conditioned on noisy training pairs."""
+    cov = prior_covariance(kernel, data.x, data.x)
+    chol = jnp.linalg.cholesky(cov + noise_variance * jnp.eye(data.x.shape[0]))
+    return Posterior(data.x, chol, jax.scipy.linalg.cho_solve((chol, True), data.y))
+
+
+def posterior_at(kernel: str, posterior: Posterior, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The posterior mean ``[n]`` and covariance ``[n, n]`` of ``f`` at inputs ``x [n, d]``."""
+    cross = KERNELS[kernel](x, posterior.x)  # [n, T]
+    v = jax.scipy.linalg.solve_triangular(posterior.chol, cross.T, lower=True)  # [T, n]
+    return cross @ posterior.alpha, prior_covariance(kernel, x, x) - v.T @ v
+
+
+def correlation(cov: jax.Array) -> jax.Array:
+    """The correlation matrix of a covariance matrix."""
+    scale = jnp.sqrt(jnp.diag(cov))
+    return cov / (scale[:, None] * scale[None, :])
+
+
 @functools.partial(jax.jit, static_argnames=("num_test", "tau"))
 def sample_test_data(key: jax.Array, env: GPEnvironment, num_test: int,
                      tau: int) -> base.TestSamples:
@@ -75,7 +109,10 @@ def sample_test_data(key: jax.Array, env: GPEnvironment, num_test: int,
     index = jax.random.randint(index_key, (num_test, tau), 0, env.pool_x.shape[0])
     noise = jnp.sqrt(env.noise_variance) * jax.random.normal(noise_key, (num_test, tau))
     return base.TestSamples(x=env.pool_x[index], y=env.pool_f[index] + noise,
-                            log_likelihood=gaussian_log_density(noise, env.noise_variance))
+                            log_likelihood=gaussian_log_density(noise, env.noise_variance),
+                            noise_variance=env.noise_variance,
+                            probe_x=env.pool_x[:env.probe_correlation.shape[0]],
+                            probe_correlation=env.probe_correlation)
 
 
 PROBLEM_VERSION = 1
@@ -97,6 +134,7 @@ class GPRegressionProblem:
     noise_variance: float = 0.01  # of the Gaussian noise on the targets
     kernel: str = "relu_nngp"  # the Gaussian process f is drawn from
     num_pool: int = 1000  # P, test inputs f is drawn at
+    num_probes: int = 100  # Q <= P, pool inputs whose posterior correlations are compared
     taus: tuple[int, ...] = (1, 100)
     num_test: int = 1000  # N, test tau-samples per tau
     num_samples: int = 1000  # M, belief samples per test tau-sample
@@ -104,6 +142,7 @@ class GPRegressionProblem:
     metric = "kl"  # the exact likelihood is known
     num_classes = 1  # one real output per input
     num_hyperplanes = 7  # unused: regression has no partition estimator
+    target = "regression"
 
     def __post_init__(self):
         for name in ("input_dim", "num_train", "num_pool", "num_test", "num_samples"):
@@ -115,6 +154,9 @@ class GPRegressionProblem:
                 or self.noise_variance == float("inf"):
             raise ValueError(f"{self.problem_id}: noise_variance must be a finite number > 0, "
                              f"got {self.noise_variance!r}")
+        if not isinstance(self.num_probes, int) or not 2 <= self.num_probes <= self.num_pool:
+            raise ValueError(f"{self.problem_id}: num_probes must be an integer from 2 to "
+                             f"num_pool ({self.num_pool}), got {self.num_probes!r}")
         if self.kernel not in KERNELS:
             raise ValueError(f"{self.problem_id}: unknown kernel {self.kernel!r}; allowed: "
                              f"{', '.join(KERNELS)}")
@@ -133,7 +175,7 @@ class GPRegressionProblem:
     @property
     def shape(self) -> tuple:
         return ("gp_regression", self.input_dim, self.num_train, self.kernel, self.num_pool,
-                self.taus, self.num_test, self.num_samples)
+                self.num_probes, self.taus, self.num_test, self.num_samples)
 
     @property
     def stratum(self) -> tuple[tuple[int, float], int]:
@@ -162,7 +204,10 @@ class GPRegressionProblem:
         prior = base.RegressionPriorKnowledge(input_dim=self.input_dim,
                                               num_train=self.num_train, kernel=self.kernel,
                                               noise_variance=noise_variance)
-        env = GPEnvironment(x[self.num_train:], f[self.num_train:], noise_variance)
+        pool_x = x[self.num_train:]
+        _, probe_cov = posterior_at(self.kernel, condition(self.kernel, data, noise_variance),
+                                    pool_x[:self.num_probes])
+        env = GPEnvironment(pool_x, f[self.num_train:], noise_variance, correlation(probe_cov))
         return base.ProblemInstance(data, prior, env)
 
     def sample_test(self, key: jax.Array, env: GPEnvironment, tau: int) -> base.TestSamples:

@@ -164,6 +164,7 @@ class MLPClassificationProblem:
 
     metric = "kl"  # the exact likelihood is known
     num_hyperplanes = 7  # Algorithm 4's d on the testbed (paper, appendix A.3)
+    target = "classification"
 
     def __post_init__(self):
         check_temperature(self.temperature)

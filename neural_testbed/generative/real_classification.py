@@ -66,6 +66,7 @@ class RealClassificationProblem:
     num_hyperplanes: int = NUM_HYPERPLANES  # Algorithm 4's d
 
     metric = "nll"  # no exact likelihood on real data
+    target = "classification"
 
     def __post_init__(self):
         if not isinstance(self.num_train, int) or not 1 <= self.num_train <= self.num_train_split:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import jax
 
 from neural_testbed import base
-from neural_testbed.generative import mlp_classification, real_classification
+from neural_testbed.generative import gp_regression, mlp_classification, real_classification
 
 __all__ = [
     "REAL_DATASETS",
@@ -97,6 +97,49 @@ def _real_quick_sweep(real: Mapping[str, base.Problem]) -> dict[str, base.Proble
             if (p.num_train == 10 or p.num_train == p.num_train_split) and p.seed < 2}
 
 
+_REGRESSION_INPUT_DIMS = (1, 10, 100)
+_REGRESSION_NOISE_VARIANCES = (0.01, 0.1)
+_REGRESSION_RATIOS = (1, 3, 10)  # T = ratio x d
+
+
+def _regression_sweep() -> dict[str, base.Problem]:
+    """GP regression: d in {1, 10, 100} x noise variance {0.01, 0.1} x T = {1, 3, 10} x d
+    x 10 seeds (180 problems), a pool of 1000 test inputs."""
+    grid = itertools.product(_REGRESSION_INPUT_DIMS, _REGRESSION_NOISE_VARIANCES,
+                             _REGRESSION_RATIOS, _PAPER_SEEDS)
+    problems = {}
+    for i, (d, noise, ratio, seed) in enumerate(grid):
+        problem_id = f"regression/{i}"
+        problems[problem_id] = gp_regression.GPRegressionProblem(
+            problem_id, input_dim=d, num_train=ratio * d, seed=seed, noise_variance=noise)
+    return problems
+
+
+def _regression_quick_sweep(regression: Mapping[str, base.Problem]) -> dict[str, base.Problem]:
+    """A subset of ``regression`` (same ids): d in {1, 10}, noise variance 0.01,
+    T in {d, 10 d}, seeds {0, 1}: 8 problems."""
+    return {pid: p for pid, p in regression.items()
+            if p.input_dim in (1, 10) and p.noise_variance == 0.01
+            and p.num_train in (p.input_dim, 10 * p.input_dim) and p.seed < 2}
+
+
+_WANG_INPUT_DIMS = (1, 5, 10)
+
+
+def _regression_wang_sweep() -> dict[str, base.Problem]:
+    """Wang et al.'s synthetic setting: T = 5 d training and 500 test inputs, noise
+    variance 0.01, d in {1, 5, 10} (the paper does not say which d), 10 seeds;
+    the metacorrelation over all 500 test inputs' pairs (30 problems)."""
+    grid = itertools.product(_WANG_INPUT_DIMS, _PAPER_SEEDS)
+    problems = {}
+    for i, (d, seed) in enumerate(grid):
+        problem_id = f"regression_wang/{i}"
+        problems[problem_id] = gp_regression.GPRegressionProblem(
+            problem_id, input_dim=d, num_train=5 * d, seed=seed, noise_variance=0.01,
+            num_pool=500, num_probes=500)
+    return problems
+
+
 class _Sweeps(Mapping):
     """Sweeps by name, each built on first use (the real-data ones read their datasets)."""
 
@@ -121,6 +164,9 @@ SWEEPS: Mapping[str, Mapping[str, base.Problem]] = _Sweeps({
     "smoke": lambda sweeps: _smoke_sweep(sweeps["paper"]),
     "real": lambda sweeps: _real_sweep(),
     "real-quick": lambda sweeps: _real_quick_sweep(sweeps["real"]),
+    "regression": lambda sweeps: _regression_sweep(),
+    "regression-quick": lambda sweeps: _regression_quick_sweep(sweeps["regression"]),
+    "regression-wang": lambda sweeps: _regression_wang_sweep(),
 })
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from neural_testbed import base, diagnostics
 from neural_testbed.agents import host
 from neural_testbed.leaderboard import configs as configs_lib
-from neural_testbed.likelihood import kl
+from neural_testbed.likelihood import kl, regression
 
 __all__ = ["BatchRunner", "failed_rows", "run_batch"]
 
@@ -69,9 +69,13 @@ class BatchRunner:
         # Every evaluation at one tau sees the same test samples and belief samples.
         self.evaluations = kl.evaluations(template.taus, estimator)
         for tau, tau_estimator in self.evaluations:
-            evaluate_one = kl.make_evaluator(
-                enn, tau, template.num_classes, template.num_test,
-                template.num_samples, tau_estimator, num_hyperplanes=template.num_hyperplanes)
+            if template.target == "regression":
+                evaluate_one = regression.make_regression_evaluator(
+                    enn, tau, template.num_test, template.num_samples, tau_estimator)
+            else:
+                evaluate_one = kl.make_evaluator(
+                    enn, tau, template.num_classes, template.num_test,
+                    template.num_samples, tau_estimator, num_hyperplanes=template.num_hyperplanes)
 
             def evaluate(test_keys, states, envs, tau=tau, evaluate_one=evaluate_one):
                 def one(args):
@@ -109,7 +113,8 @@ class BatchRunner:
                 ev, eval_compile, eval_run = self._call(
                     f"evaluate{tau}/{estimator}", test_keys, states, instances.env)
                 compile_seconds += eval_compile
-                ev = ev._replace(diagnostics=diagnostics.summarise_batch(ev.diagnostics))
+                if isinstance(ev.diagnostics, diagnostics.Inputs):  # classification
+                    ev = ev._replace(diagnostics=diagnostics.summarise_batch(ev.diagnostics))
                 evaluations[tau, estimator] = jax.device_get(ev), eval_run / num_real
         finally:
             if self._host_agent is not None:
@@ -155,7 +160,14 @@ class BatchRunner:
                           num_clipped=int(np.asarray(ev.num_clipped)[i]),
                           train_seconds=train_seconds, compile_seconds=compile_seconds,
                           eval_seconds=eval_seconds, status=status, error=error,
-                          diagnostics=json.dumps(diagnostics.as_record(ev.diagnostics, i)))
+                          diagnostics=json.dumps(_record(ev.diagnostics, i)))
+
+
+def _record(evaluation_diagnostics, i: int) -> dict:
+    """Problem ``i``'s diagnostics as the JSON-ready dict a row stores."""
+    if isinstance(evaluation_diagnostics, diagnostics.RegressionDiagnostics):
+        return diagnostics.as_regression_record(evaluation_diagnostics, i)
+    return diagnostics.as_record(evaluation_diagnostics, i)
 
 
 def _build_program(template: base.Problem) -> Callable:

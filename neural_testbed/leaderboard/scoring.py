@@ -68,8 +68,12 @@ def _setting(problem: Any) -> Setting:
     return problem.stratum
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
+def _mean(values: Sequence[float | None]) -> float:
+    """The mean; NaN when there are no values or one is undefined (None: accuracy and
+    ECE on regression problems are stored as NULL)."""
+    if not values or any(v is None for v in values):
+        return math.nan
+    return sum(values) / len(values)
 
 
 def _stratified(values: Iterable[tuple[Setting, float]]) -> tuple[float, float, int]:

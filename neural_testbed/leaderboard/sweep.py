@@ -21,10 +21,10 @@ from neural_testbed import base
 from neural_testbed.agents import registry, validation
 from neural_testbed.leaderboard import executors
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.likelihood import kl
+from neural_testbed.likelihood import kl, regression
 
-__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_options", "parse_shard", "plan_units",
-           "run_agent", "run_sweep"]
+__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_agent_on_problems", "check_options",
+           "parse_shard", "plan_units", "run_agent", "run_sweep"]
 
 MAX_AGENT_SEED = 2**32 - 1  # the seed is folded into keys as a uint32
 
@@ -80,6 +80,22 @@ def check_options(
     if backend == "ray" and importlib.util.find_spec("ray") is None:
         raise ValueError("--backend ray needs Ray: pip install 'neural-testbed[ray]'")
     kl.choose_estimator(1, estimator)
+
+
+def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
+                            estimator: str = "auto") -> None:
+    """Checks that a registered agent can be evaluated on every problem (classification or
+    regression) with ``estimator``, before anything is opened or computed."""
+    spec = registry.get_agent(agent_name)
+    targets = sorted({p.target for p in problems})
+    for target in targets:
+        if target not in spec.targets:
+            able = sorted(name for name, s in registry.AGENTS.items() if target in s.targets)
+            raise ValueError(f"agent {agent_name!r} is not built for {target} problems (it "
+                             f"handles {', '.join(spec.targets)}); agents for {target}: "
+                             f"{', '.join(able)}")
+    if "regression" in targets:
+        regression.choose_estimator(100, estimator)
 
 
 def plan_units(
@@ -242,9 +258,9 @@ def run_sweep(
     Returns:
       Counts of computed, reused and failed rows.
     """
-    registry.get_agent(agent_name)
     check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch, workers=workers,
                   backend=backend, estimator=estimator)
+    check_agent_on_problems(agent_name, problems, estimator)
     units, reused = plan_units(
         agent_name, configs, list(problems), store, agent_seed=agent_seed, estimator=estimator,
         problems_per_batch=problems_per_batch, recompute=recompute, retry_failed=retry_failed,

@@ -59,8 +59,9 @@ class Evaluation(NamedTuple):
     ece: jax.Array  # 15-bin expected calibration error of the mean prediction
     logits_valid: jax.Array  # bool: False if any agent logit was NaN or +inf
     num_clipped: jax.Array  # int32: infinite terms replaced by the largest finite one
-    # From the same belief samples, per input: reduce with diagnostics.summarise.
-    diagnostics: diagnostics.Inputs
+    # From the same belief samples: per input for classification (reduce with
+    # diagnostics.summarise), diagnostics.RegressionDiagnostics for regression.
+    diagnostics: diagnostics.Inputs | diagnostics.RegressionDiagnostics
 
 
 def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:

@@ -22,17 +22,16 @@ Even the exact posterior scores above 0: what T points cannot tell about f.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import base
-from neural_testbed.likelihood.kl import _largest_divisor_at_most, clip_infinite_terms
+from neural_testbed import base, diagnostics
+from neural_testbed.likelihood.kl import Evaluation, _largest_divisor_at_most, clip_infinite_terms
 
 __all__ = [
     "ESTIMATORS",
-    "RegressionEvaluation",
     "choose_estimator",
     "gaussian_fit_log_density",
     "gaussian_log_density",
@@ -45,15 +44,6 @@ ESTIMATORS = ("auto", "monte_carlo", "gaussian")
 _GAUSSIAN_FROM_TAU = 10
 # Sampled function values held at once, per chunk of test samples.
 _MAX_VALUES_PER_CHUNK = 2**20
-
-
-class RegressionEvaluation(NamedTuple):
-    """One problem's regression KL estimate."""
-
-    kl: jax.Array  # mean over the N test samples of exact minus agent log-density
-    kl_stderr: jax.Array  # standard error of that mean
-    outputs_valid: jax.Array  # bool: False if any sampled function value was NaN or inf
-    num_clipped: jax.Array  # int32: infinite terms replaced by the largest finite one
 
 
 def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:
@@ -70,19 +60,28 @@ def gaussian_log_density(residuals: jax.Array, variance) -> jax.Array:
     return -0.5 * jnp.sum(residuals**2 / variance + jnp.log(2 * jnp.pi * variance), axis=-1)
 
 
-def monte_carlo_log_density(f: jax.Array, y: jax.Array, noise_variance) -> jax.Array:
-    """``log (1/M) sum_m prod_t N(y_t; f[m, t], noise_variance)`` for ``f [M, tau]``."""
+def _weights(f: jax.Array, log_weights: jax.Array | None) -> jax.Array:
+    """The members' log-weights: uniform over the rows of ``f`` when not given."""
+    return jnp.full(f.shape[0], -jnp.log(f.shape[0])) if log_weights is None else log_weights
+
+
+def monte_carlo_log_density(f: jax.Array, y: jax.Array, noise_variance,
+                            log_weights: jax.Array | None = None) -> jax.Array:
+    """``log sum_m w_m prod_t N(y_t; f[m, t], noise_variance)`` for ``f [M, tau]``
+    (weights ``1 / M`` unless ``log_weights [M]`` are given)."""
     per_sample = gaussian_log_density(y[None, :] - f, noise_variance)
-    return jax.nn.logsumexp(per_sample) - jnp.log(f.shape[0])
+    return jax.nn.logsumexp(per_sample + _weights(f, log_weights))
 
 
-def gaussian_fit_log_density(f: jax.Array, y: jax.Array, noise_variance) -> jax.Array:
-    """``log N(y; mean, cov + noise_variance I)`` with the mean and (1/M) covariance of
-    ``f [M, tau]`` over its M samples."""
-    num_samples, tau = f.shape
-    mean = jnp.mean(f, axis=0)
+def gaussian_fit_log_density(f: jax.Array, y: jax.Array, noise_variance,
+                             log_weights: jax.Array | None = None) -> jax.Array:
+    """``log N(y; mean, cov + noise_variance I)`` with the (weighted) mean and covariance
+    of ``f [M, tau]`` over its M rows (weights ``1 / M`` unless given)."""
+    tau = f.shape[1]
+    weights = jnp.exp(_weights(f, log_weights))
+    mean = weights @ f
     centred = f - mean
-    cov = centred.T @ centred / num_samples + noise_variance * jnp.eye(tau)
+    cov = (centred * weights[:, None]).T @ centred + noise_variance * jnp.eye(tau)
     chol = jnp.linalg.cholesky(cov)
     z = jax.scipy.linalg.solve_triangular(chol, y - mean, lower=True)
     return (-0.5 * jnp.dot(z, z) - jnp.sum(jnp.log(jnp.diag(chol)))
@@ -91,41 +90,67 @@ def gaussian_fit_log_density(f: jax.Array, y: jax.Array, noise_variance) -> jax.
 
 def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_samples: int,
                               estimator: Estimator = "auto"):
-    """``evaluate(key, state, test, noise_variance) -> RegressionEvaluation``; jittable.
+    """``evaluate(key, state, test) -> kl.Evaluation``; jittable.
 
     ``test`` is a :class:`base.TestSamples` with ``x [N, tau, d]``, float
-    targets ``y [N, tau]`` and their exact log-densities (or ``None``: the
-    result is then the negative log-likelihood). ``enn.apply`` gives one
-    output per input, ``[n, 1]``: a belief sample's function value.
+    targets ``y [N, tau]``, their exact log-densities (or ``None``: the result
+    is then the negative log-likelihood), the noise variance and the probes.
+    ``enn.apply`` gives one output per input, ``[n, 1]``: a belief sample's
+    function value. Accuracy and ECE are NaN (no classes); the diagnostics
+    are :class:`diagnostics.RegressionDiagnostics` from M belief samples at
+    the probe inputs.
     """
     for name, value in (("tau", tau), ("num_test", num_test), ("num_samples", num_samples)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     log_density = {"monte_carlo": monte_carlo_log_density,
                    "gaussian": gaussian_fit_log_density}[choose_estimator(tau, estimator)]
-    chunk = _largest_divisor_at_most(num_test, _MAX_VALUES_PER_CHUNK // (num_samples * tau))
+    # An agent with n <= M members (an ensemble, a single network) is evaluated once per
+    # member, weighted by how often its M belief samples drew it, as for classification.
+    counted = enn.num_indices is not None and enn.num_indices <= num_samples
+    rows = enn.num_indices if counted else num_samples
+    chunk = _largest_divisor_at_most(num_test, _MAX_VALUES_PER_CHUNK // (rows * tau))
 
-    def evaluate(key: jax.Array, state: base.State, test: base.TestSamples,
-                 noise_variance) -> RegressionEvaluation:
+    def sample(state, x, indices):
+        """Belief samples' values ``[len(indices), n]`` at inputs ``x [n, d]``."""
+        f = jax.vmap(lambda index: enn.apply(state, x, index))(indices)
+        if f.shape[1:] != (x.shape[0], 1):
+            raise ValueError(f"agent returned outputs of shape {f.shape[1:]} for inputs of "
+                             f"shape {x.shape}; expected ({x.shape[0]}, 1), one value per input")
+        return f[..., 0]
+
+    def evaluate(key: jax.Array, state: base.State, test: base.TestSamples) -> Evaluation:
         if test.x.shape[:2] != (num_test, tau) or test.y.shape != (num_test, tau):
             raise ValueError(f"test samples of shape x {test.x.shape}, y {test.y.shape}; "
                              f"expected ({num_test}, {tau}, d) and ({num_test}, {tau})")
-        keys = jax.random.split(key, (num_test, num_samples))
+        if test.noise_variance is None or test.probe_x is None:
+            raise ValueError("regression test samples need noise_variance and probe inputs")
+        terms_key, probe_key = jax.random.split(key)
+        keys = jax.random.split(terms_key, (num_test, num_samples))
 
         def one(args):
             x, y, sample_keys = args
-            f = jax.vmap(lambda k: enn.apply(state, x, enn.sample_index(k)))(sample_keys)
-            if f.shape != (num_samples, tau, 1):
-                raise ValueError(f"agent returned outputs of shape {f.shape[1:]} for inputs of "
-                                 f"shape {x.shape}; expected ({tau}, 1), one value per input")
-            f = f[..., 0]
-            return log_density(f, y, noise_variance), jnp.all(jnp.isfinite(f))
+            if counted:
+                counts = jnp.bincount(jax.vmap(enn.sample_index)(sample_keys),
+                                      length=enn.num_indices)
+                f = sample(state, x, jnp.arange(enn.num_indices))
+                log_weights = jnp.log(counts / num_samples)
+            else:
+                f, log_weights = sample(state, x, jax.vmap(enn.sample_index)(sample_keys)), None
+            return (log_density(f, y, test.noise_variance, log_weights),
+                    jnp.all(jnp.isfinite(f)))
 
         log_lik, valid = jax.lax.map(one, (test.x, test.y, keys), batch_size=chunk)
         terms = -log_lik if test.log_likelihood is None else test.log_likelihood - log_lik
         terms, num_clipped = clip_infinite_terms(terms)
         stderr = (jnp.std(terms, ddof=1) / jnp.sqrt(num_test) if num_test > 1
                   else jnp.zeros(()))
-        return RegressionEvaluation(jnp.mean(terms), stderr, jnp.all(valid), num_clipped)
+        probes = sample(state, test.probe_x, jax.vmap(enn.sample_index)(
+            jax.random.split(probe_key, num_samples)))
+        nan = jnp.array(jnp.nan)
+        return Evaluation(
+            kl=jnp.mean(terms), kl_stderr=stderr, accuracy=nan, ece=nan,
+            logits_valid=jnp.all(valid), num_clipped=num_clipped,
+            diagnostics=diagnostics.regression_diagnostics(probes, test.probe_correlation))
 
     return evaluate

@@ -27,6 +27,7 @@ from neural_testbed.agents import (
     knn,
     laplace,
     mlp,
+    oracle_gp,
     random_forest,
     sgmcmc,
 )
@@ -74,7 +75,40 @@ def _train_twice(agent, data, prior):
 
 
 def test_every_built_in_agent_is_covered():
-    assert set(SMALL) == set(agents.AGENTS)
+    by_target = {t: {n for n, s in agents.AGENTS.items() if t in s.targets}
+                 for t in ("classification", "regression")}
+    assert set(SMALL) == by_target["classification"]
+    assert set(REGRESSION_SMALL) == by_target["regression"]
+
+
+# Regression agents on one regression-quick problem (d = 10, T = 10): one real output per input.
+REGRESSION_PROBLEM = leaderboard.get_sweep("regression-quick")["regression/60"]
+REGRESSION_SMALL = {"mlp": SMALL["mlp"][0], "ensemble": SMALL["ensemble"][0],
+                    "oracle_gp": oracle_gp.OracleGPConfig()}
+
+
+@pytest.mark.parametrize("name", list(REGRESSION_SMALL))
+def test_regression_agents_give_one_finite_value_per_input_and_repeat_their_samples(name):
+    data, prior, _ = REGRESSION_PROBLEM.instance()
+    agent = agents.get_agent(name).make(REGRESSION_SMALL[name])
+    train = jax.jit(agent.train)
+    state, again = train(jax.random.key(0), data, prior), train(jax.random.key(0), data, prior)
+    apply = jax.jit(agent.enn.apply)
+    for n in (1, 7):
+        x = jax.random.normal(jax.random.key(n), (n, REGRESSION_PROBLEM.input_dim))
+        index = _index(agent, n)
+        values = apply(state, x, index)
+        assert values.shape == (n, 1) and values.dtype == jnp.float32, name
+        assert np.all(np.isfinite(values)), name
+        np.testing.assert_array_equal(values, apply(again, x, index), err_msg=name)
+    # The networks are one function per index; the oracle's index is one joint draw per
+    # call (the evaluator passes every input of a test sample in one call), so it is
+    # not checked input by input.
+    if name != "oracle_gp":
+        x = jax.random.normal(jax.random.key(4), (6, REGRESSION_PROBLEM.input_dim))
+        together = apply(state, x, _index(agent, 5))
+        alone = jnp.concatenate([apply(state, x[i:i + 1], _index(agent, 5)) for i in range(6)])
+        np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 @pytest.fixture(scope="module", params=list(SMALL))

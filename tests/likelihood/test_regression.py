@@ -56,8 +56,8 @@ def test_the_oracle_scores_its_closed_form_kl(tau, estimator):
                                                     estimator)
 
     def term(key, x, y, log_lik):  # one test sample at a time: its own term
-        one = base.TestSamples(x[None], y[None], log_lik[None])
-        return evaluate(key, state, one, env.noise_variance).kl
+        one = test._replace(x=x[None], y=y[None], log_likelihood=log_lik[None])
+        return evaluate(key, state, one).kl
 
     def closed_form(x):
         on_pool = jnp.all(x[:, None, :] == env.pool_x[None], -1)
@@ -82,11 +82,11 @@ def test_the_evaluator_runs_the_whole_problem_and_its_stderr_covers_the_spread()
     state = agent.train(jax.random.key(0), data, prior)
     test = problem.sample_test(jax.random.key(5), env, 10)
     evaluate = jax.jit(regression.make_regression_evaluator(agent.enn, 10, 200, 200))
-    result = evaluate(jax.random.key(1), state, test, env.noise_variance)
-    assert bool(result.outputs_valid) and int(result.num_clipped) == 0
+    result = evaluate(jax.random.key(1), state, test)
+    assert bool(result.logits_valid) and int(result.num_clipped) == 0
     assert np.isfinite(float(result.kl)) and float(result.kl_stderr) > 0
     # A mistaken agent (the posterior mean shifted by 0.3) scores worse.
     shifted = base.ENN(lambda s, x, k: agent.enn.apply(s, x, k) + 0.3, agent.enn.sample_index)
     worse = jax.jit(regression.make_regression_evaluator(shifted, 10, 200, 200))(
-        jax.random.key(1), state, test, env.noise_variance)
+        jax.random.key(1), state, test)
     assert float(worse.kl) > float(result.kl) + 4 * float(worse.kl_stderr)

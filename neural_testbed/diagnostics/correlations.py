@@ -1,0 +1,71 @@
+"""Posterior predictive correlations on regression problems (Wang et al.).
+
+An agent's belief samples at the Q probe inputs give its correlation matrix
+of ``f`` between them; its *metacorrelation* is the Pearson correlation, over
+the Q (Q - 1) / 2 pairs of probes, between those correlations and the exact
+posterior's. A single model has no predictive correlations (its samples do
+not vary): its metacorrelation is not applicable (NaN, stored as null), never 0.
+
+Reference: Wang et al., "Beyond marginal uncertainty: how accurately can
+Bayesian regression models estimate posterior predictive correlations?",
+section 3.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["REGRESSION_METRICS", "RegressionDiagnostics", "as_regression_record",
+           "metacorrelation", "regression_diagnostics", "sample_correlation"]
+
+# Scalars a regression row's diagnostics hold, by the names `leaderboard --metrics` takes.
+REGRESSION_METRICS = ("metacorrelation", "predictive_variance")
+
+
+class RegressionDiagnostics(NamedTuple):
+    """One regression evaluation's diagnostics (a leading problem axis when vmapped)."""
+
+    metacorrelation: jax.Array  # NaN where the agent's samples do not vary
+    predictive_variance: jax.Array  # mean over probes of the variance of f across samples
+
+
+def sample_correlation(samples: jax.Array) -> jax.Array:
+    """``[M, Q]`` samples -> ``[Q, Q]`` correlation matrix (NaN where a probe's values
+    do not vary)."""
+    centred = samples - jnp.mean(samples, axis=0)
+    cov = centred.T @ centred / samples.shape[0]
+    scale = jnp.sqrt(jnp.diag(cov))
+    return cov / (scale[:, None] * scale[None, :])
+
+
+def metacorrelation(samples: jax.Array, reference_correlation: jax.Array) -> jax.Array:
+    """Pearson correlation over the probe pairs ``i < j`` of the samples' correlations
+    and ``reference_correlation``."""
+    rows, cols = np.triu_indices(reference_correlation.shape[0], k=1)
+    ours = sample_correlation(samples)[rows, cols]
+    theirs = reference_correlation[rows, cols]
+    ours, theirs = ours - jnp.mean(ours), theirs - jnp.mean(theirs)
+    return jnp.sum(ours * theirs) / jnp.sqrt(jnp.sum(ours**2) * jnp.sum(theirs**2))
+
+
+def regression_diagnostics(samples: jax.Array,
+                           reference_correlation: jax.Array) -> RegressionDiagnostics:
+    """The diagnostics of belief samples ``[M, Q]`` at the probes."""
+    return RegressionDiagnostics(metacorrelation(samples, reference_correlation),
+                                 jnp.mean(jnp.var(samples, axis=0)))
+
+
+def as_regression_record(diagnostics: RegressionDiagnostics,
+                         i: int | None = None) -> dict[str, Any]:
+    """Problem ``i``'s diagnostics (or the only one's) as a JSON-ready dict (None for NaN)."""
+    record = {}
+    for name in REGRESSION_METRICS:
+        value = float(np.asarray(getattr(diagnostics, name)) if i is None
+                      else np.asarray(getattr(diagnostics, name))[i])
+        record[name] = None if math.isnan(value) else value
+    return record

@@ -1,0 +1,91 @@
+"""Regression problems through the runner and the command: rows, diagnostics, and which
+agents may run on them; no agent beats the exact posterior."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from neural_testbed import agents, cli, leaderboard
+
+# regression-quick's d = 1 problems at a test size that runs in seconds: T = 1 and 10.
+PROBLEMS = [dataclasses.replace(p, num_test=200, num_samples=200, num_pool=200, num_probes=50,
+                                taus=(1, 10))
+            for p in leaderboard.get_sweep("regression-quick").values() if p.input_dim == 1]
+
+
+def _rows(name, config=None):
+    spec = agents.get_agent(name)
+    agent = spec.make(spec.default if config is None else config)
+    return leaderboard.run_agent(agent, PROBLEMS, name, progress=False)
+
+
+@pytest.fixture(scope="module")
+def oracle_rows():
+    return _rows("oracle_gp")
+
+
+def test_rows_carry_the_kl_and_the_metacorrelation_and_no_classification_metrics(oracle_rows):
+    assert len(oracle_rows) == 2 * len(PROBLEMS) == 8
+    for r in oracle_rows:
+        assert r.status == "ok" and r.metric == "kl" and r.num_classes == 1, r.error
+        assert np.isfinite(r.kl) and r.kl > 0 and r.kl_stderr > 0
+        assert np.isnan(r.accuracy) and np.isnan(r.ece)
+        record = json.loads(r.diagnostics)
+        assert 0.9 < record["metacorrelation"] <= 1.0  # the exact posterior's own correlations
+        assert r.temperature == 0.01  # the noise variance, regression's stratum coordinate
+
+
+# 20 problems (d = 1, T in {3, 10}, 10 seeds each) at tau = 1, small N and M.
+MANY = [dataclasses.replace(p, num_test=100, num_samples=100, num_pool=100, num_probes=20,
+                            taus=(1,))
+        for p in leaderboard.get_sweep("regression").values()
+        if p.input_dim == 1 and p.noise_variance == 0.01 and p.num_train in (3, 10)]
+
+
+@pytest.mark.parametrize("name", ["mlp", "ensemble"])
+def test_no_agent_scores_significantly_below_the_exact_posterior(name):
+    """The oracle is best in expectation over the functions f, not on every f (an agent that
+    happens to be confident and right on a flat f beats it there): over 20 problems, the mean
+    of agent minus oracle KL is above -4 standard errors of that mean (seeds fixed)."""
+    spec = agents.get_agent(name)
+    config = dataclasses.replace(spec.default, num_steps=300)
+    if name == "ensemble":
+        config = dataclasses.replace(config, num_ensemble=10)
+    oracle = {r.problem_id: r.kl for r in leaderboard.run_agent(
+        agents.make_oracle_gp_agent(), MANY, "oracle_gp", progress=False)}
+    rows = leaderboard.run_agent(spec.make(config), MANY, name, progress=False)
+    assert all(r.status == "ok" for r in rows), [r.error for r in rows]
+    differences = np.array([r.kl - oracle[r.problem_id] for r in rows])
+    stderr = differences.std(ddof=1) / np.sqrt(len(differences))
+    assert differences.mean() > -4 * stderr, (differences.mean(), stderr)
+    metacorrelations = [json.loads(r.diagnostics)["metacorrelation"] for r in rows]
+    if name == "mlp":  # a single model has no predictive correlations
+        assert all(m is None for m in metacorrelations)
+    else:
+        assert all(isinstance(m, float) for m in metacorrelations)
+
+
+def test_agents_are_refused_on_problems_they_are_not_built_for(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    assert cli.main(["run", "--agent", "dropout", "--sweep", "regression-quick",
+                     "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("neural-testbed: error: agent 'dropout' is not built for regression problems "
+                   "(it handles classification); agents for regression: ensemble, mlp, oracle_gp")
+    assert cli.main(["run", "--agent", "oracle_gp", "--sweep", "smoke", "--db", str(db)]) == 2
+    assert "agent 'oracle_gp' is not built for classification problems" in capsys.readouterr().err
+    assert cli.main(["run", "--agent", "mlp", "--sweep", "regression-quick", "--estimator",
+                     "partition", "--db", str(db)]) == 2
+    assert "unknown estimator 'partition'" in capsys.readouterr().err
+    assert not db.exists()  # refused before the store was made
+
+
+def test_problems_lists_the_regression_sweeps_settings(capsys):
+    assert cli.main(["problems", "--sweep", "regression-quick"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "d, noise" in lines[0] and len(lines) == 9
+    assert lines[1].split()[:4] == ["regression/0", "1,", "0.01", "1"]
+    assert len(leaderboard.get_sweep("regression")) == 180
+    assert len(leaderboard.get_sweep("regression-wang")) == 30
