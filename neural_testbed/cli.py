@@ -137,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--metrics", default="", metavar="NAME,...",
                        help="add columns of diagnostics (means over the problems, from each "
                             "problem's smallest tau): any of " + ", ".join(
-                                diagnostics_report.METRICS) + "; aud for the three aud_ood_* "
+                                diagnostics_report.ROW_METRICS) + "; aud for the three aud_ood_* "
                             "(ece and accuracy are always shown); see `diagnose`")
     board.add_argument("--selection", default="same", choices=list(scoring.SELECTIONS),
                        help="same: choose configs and report on every problem (default; "
@@ -485,7 +485,7 @@ def _cmd_diagnose(args) -> int:
                                                 else f" ({r['estimator']})") for r, _ in records]
     lines = [dict(zip(names, [name] + ["n/a" if rec[name] is None else f"{rec[name]:.4g}"
                                        for _, rec in records]))
-             for name in diagnostics_report.METRICS]
+             for name in diagnostics_report.ROW_METRICS]
     print(scoring.format_records(lines, "table", names))
     row, record = records[0]
     title = f"{args.agent} on {args.problem}, tau = {row['tau']}"
@@ -596,11 +596,11 @@ def _cmd_leaderboard(args) -> int:
     if args.baseline not in registry.AGENTS:  # a registered baseline may simply have no rows
         _check_agent_in_store(args.baseline, rows, args.db, "--baseline")
     asked = [m for m in args.metrics.split(",") if m]
-    unknown = [m for m in asked if m not in diagnostics_report.METRICS
+    unknown = [m for m in asked if m not in diagnostics_report.ROW_METRICS
                and m not in _METRIC_SHORTHANDS]
     if unknown:
         raise ValueError(f"unknown --metrics {', '.join(unknown)}; allowed: "
-                         + ", ".join((*_METRIC_SHORTHANDS, *diagnostics_report.METRICS)))
+                         + ", ".join((*_METRIC_SHORTHANDS, *diagnostics_report.ROW_METRICS)))
     metrics = list(dict.fromkeys(name for m in asked
                                  for name in _METRIC_SHORTHANDS.get(m, (m,))))
     records, warnings = scoring.score_agents(rows, problems, args.tuning, args.baseline,

@@ -19,10 +19,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_testbed.diagnostics import divergence, rejection, uncertainty
+from neural_testbed.diagnostics import correlations, divergence, rejection, uncertainty
 from neural_testbed.diagnostics import calibration
 
-__all__ = ["CONDITIONS", "Diagnostics", "Inputs", "METRICS", "NUM_BINS", "UNCERTAINTIES",
+__all__ = ["CONDITIONS", "Diagnostics", "Inputs", "METRICS", "NUM_BINS", "ROW_METRICS",
+           "UNCERTAINTIES",
            "as_record", "summarise", "summarise_batch"]
 
 NUM_BINS = 15  # reliability diagram, confidence histograms and UPDS (as the ECE)
@@ -36,6 +37,8 @@ METRICS = (
     "aud_correct_aleatoric", "aud_correct_epistemic", "aud_correct_total",
     "distinct_samples", "occupied_cells",
 )
+# Every scalar a row's diagnostics may hold: classification's and regression's.
+ROW_METRICS = METRICS + correlations.REGRESSION_METRICS
 
 
 class Diagnostics(NamedTuple):

@@ -34,12 +34,12 @@ def _rows(db: str) -> list[dict]:
 
 def results_frame(db: str = store_lib.DEFAULT_DB):
     """Every stored row, one column per store field, then one per diagnostics scalar
-    (:data:`neural_testbed.diagnostics.METRICS`; NaN where a row has none). The
+    (:data:`neural_testbed.diagnostics.report.ROW_METRICS`; NaN where a row has none). The
     binned curves stay in the ``diagnostics`` JSON column."""
     rows = _rows(db)
     frame = _pandas().DataFrame(rows, columns=list(store_lib.COLUMNS))
     records = [json.loads(r["diagnostics"]) if r.get("diagnostics") else {} for r in rows]
-    for name in report.METRICS:
+    for name in report.ROW_METRICS:
         frame[name] = [math.nan if rec.get(name) is None else rec[name] for rec in records]
     return frame
 

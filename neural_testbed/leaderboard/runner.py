@@ -1,6 +1,6 @@
 """Computes the rows of one agent config on a batch of same-shape problems.
 
-The problems' instances are built (``vmap`` over problems), the agent is
+The problems' instances are built (one after another), the agent is
 trained (``vmap`` over problems) and evaluated at every tau (``lax.map`` over
 problems, so memory stays that of one problem) by programs compiled once per
 (shape, batch size) and reused for every batch. Compilation is timed apart
@@ -174,10 +174,13 @@ def _build_program(template: base.Problem) -> Callable:
     """Instances, agent keys and test keys of a batch of problems of ``template``'s shape."""
 
     def build(key_seeds, args):
-        def one(key_seed, problem_args):
+        def one(problem):
+            key_seed, problem_args = problem
             keys = base.problem_keys(key_seed)
             return template.build(keys.build, problem_args), keys.agent, keys.test
-        return jax.vmap(one)(key_seeds, args)
+        # One problem after another: a vmapped GP regression build (two problems'
+        # factorisations in one program) hung XLA's CPU runtime in 3 runs of 4.
+        return jax.lax.map(one, (key_seeds, args))
 
     return build
 

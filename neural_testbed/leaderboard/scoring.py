@@ -167,7 +167,7 @@ def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any]):
             if r.get("diagnostics"):  # rows before schema 3 have none
                 s.diagnostics = {k: math.nan if v is None else v
                                  for k, v in json.loads(r["diagnostics"]).items()
-                                 if k in diagnostics_report.METRICS}
+                                 if k in diagnostics_report.ROW_METRICS}
         s.seconds += r["eval_seconds"]
     if len(metrics) > 1:
         raise ValueError(f"the rows of this sweep mix metrics ({', '.join(sorted(metrics))}); "
@@ -308,7 +308,7 @@ def score_agents(
         record["kl_agg"] = sum(record[f"kl_{tau}"] / tau for tau in taus)
         record["accuracy"] = _mean([s.accuracy for s in by_pid.values()])
         record["ece"] = _mean([s.ece for s in by_pid.values()])
-        for name in diagnostics_report.METRICS:  # means over the problems whose rows have it
+        for name in diagnostics_report.ROW_METRICS:  # means over the problems whose rows have it
             values = [s.diagnostics[name] for s in by_pid.values()
                       if not math.isnan(s.diagnostics.get(name, math.nan))]
             record[name] = _mean(values)

@@ -1,0 +1,57 @@
+"""Seconds per problem of each regression agent on the regression-quick sweep.
+
+Runs every agent's default config (or ``--set``-free defaults) on the
+``regression-quick`` sweep in this process and prints, per agent, training
+and evaluation seconds per problem (medians over problems, compilation apart),
+the compile seconds, and the stratified d_KL at each tau.
+
+    PYTHONPATH=. python benchmarks/regression_quick.py --agent mlp --agent oracle_gp
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import statistics
+import time
+
+import jax
+
+from neural_testbed import agents, leaderboard
+from neural_testbed.leaderboard import scoring
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent", action="append", default=None)
+    parser.add_argument("--sweep", default="regression-quick")
+    args = parser.parse_args()
+    names = args.agent or [n for n, s in agents.AGENTS.items() if "regression" in s.targets]
+    problems = leaderboard.get_sweep(args.sweep)
+    print(f"{args.sweep}: {len(problems)} problems; {jax.devices()[0].device_kind}, "
+          f"{platform.machine()}")
+    print(f"{'agent':<12}{'train s':>9}{'eval s':>9}{'compile s':>11}{'wall s':>9}  d_KL")
+    for name in names:
+        spec = agents.get_agent(name)
+        start = time.perf_counter()
+        rows = leaderboard.run_agent(spec.make(spec.default), list(problems.values()), name,
+                                     progress=False)
+        wall = time.perf_counter() - start
+        by_problem = {}
+        for r in rows:
+            by_problem.setdefault(r.problem_id, []).append(r)
+        train = statistics.median(rs[0].train_seconds for rs in by_problem.values())
+        evaluate = statistics.median(sum(r.eval_seconds for r in rs)
+                                     for rs in by_problem.values())
+        compile_seconds = sum(rs[0].compile_seconds for rs in by_problem.values())
+        records, _ = scoring.score_agents([dataclasses.asdict(r) for r in rows], dict(problems),
+                                          baseline="")
+        taus = sorted({r.tau for r in rows})
+        kls = ", ".join(f"tau {t}: {records[0][f'kl_{t}']:.3f} ± {records[0][f'kl_{t}_stderr']:.3f}"
+                        for t in taus)
+        print(f"{name:<12}{train:>9.2f}{evaluate:>9.2f}{compile_seconds:>11.1f}{wall:>9.1f}  {kls}")
+
+
+if __name__ == "__main__":
+    main()
