@@ -485,7 +485,7 @@ def _cmd_diagnose(args) -> int:
                                                 else f" ({r['estimator']})") for r, _ in records]
     lines = [dict(zip(names, [name] + ["n/a" if rec[name] is None else f"{rec[name]:.4g}"
                                        for _, rec in records]))
-             for name in diagnostics_report.ROW_METRICS]
+             for name in diagnostics_report.METRICS]
     print(scoring.format_records(lines, "table", names))
     row, record = records[0]
     title = f"{args.agent} on {args.problem}, tau = {row['tau']}"

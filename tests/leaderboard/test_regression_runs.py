@@ -89,3 +89,12 @@ def test_problems_lists_the_regression_sweeps_settings(capsys):
     assert lines[1].split()[:4] == ["regression/0", "1,", "0.01", "1"]
     assert len(leaderboard.get_sweep("regression")) == 180
     assert len(leaderboard.get_sweep("regression-wang")) == 30
+
+
+def test_the_leaderboard_averages_the_metacorrelation(oracle_rows):
+    problems = {p.problem_id: p for p in PROBLEMS}
+    records, _ = leaderboard.score_agents([dataclasses.asdict(r) for r in oracle_rows],
+                                          problems, baseline="")
+    expected = np.mean([json.loads(r.diagnostics)["metacorrelation"] for r in oracle_rows
+                        if r.tau == 1])
+    assert records[0]["metacorrelation"] == pytest.approx(expected, rel=1e-6)
