@@ -456,6 +456,10 @@ def _cmd_diagnose(args) -> int:
     figures = _diagnostic_figures()
     _check_output_dir(args.out, "--out")
     problem = _diagnose_problem(args)
+    if problem.target == "regression":
+        raise ValueError(f"diagnose covers classification problems; {args.problem} is a "
+                         "regression problem, whose rows carry the metacorrelation: "
+                         "`neural-testbed leaderboard --metrics metacorrelation`")
     _compute(args, [config], f"agent {args.agent}: {config}; problem {args.problem}",
              problems=[problem])
     with store_lib.ResultsStore(args.db, create=False) as store:

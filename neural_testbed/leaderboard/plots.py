@@ -97,10 +97,14 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def _temperature_title(temperature: float | str) -> str:
-    """A panel's title: its temperature, or its dataset on real data (stratum (dataset, T))."""
+def _temperature_title(temperature: float | str | tuple) -> str:
+    """A panel's title: its temperature, its dataset on real data (stratum (dataset, T)),
+    or its input dimension and noise variance on regression (stratum ((d, noise), T))."""
     if isinstance(temperature, str):
         return temperature
+    if isinstance(temperature, tuple):
+        input_dim, noise_variance = temperature
+        return f"d = {input_dim}, noise variance {noise_variance:g}"
     snr = _SNR.get(temperature)
     return f"temperature {temperature:g}" + (f" ({snr})" if snr else "")
 

@@ -98,3 +98,14 @@ def test_the_leaderboard_averages_the_metacorrelation(oracle_rows):
     expected = np.mean([json.loads(r.diagnostics)["metacorrelation"] for r in oracle_rows
                         if r.tau == 1])
     assert records[0]["metacorrelation"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_plot_titles_regression_panels_and_diagnose_refuses_regression(tmp_path, capsys):
+    from neural_testbed.leaderboard import plots
+    assert plots._temperature_title((10, 0.01)) == "d = 10, noise variance 0.01"
+    db = tmp_path / "d.db"
+    assert cli.main(["diagnose", "--agent", "mlp", "--sweep", "regression-quick",
+                     "--problem", "regression/0", "--db", str(db), "--out",
+                     str(tmp_path / "d")]) == 2
+    assert "diagnose covers classification problems" in capsys.readouterr().err
+    assert not db.exists()
