@@ -10,6 +10,8 @@ pytree, and a posterior sample at inputs ``x`` is
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 from collections.abc import Callable, Hashable
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -32,6 +34,8 @@ __all__ = [
     "Target",
     "TestSamples",
     "as_sampler",
+    "build_instance",
+    "definition_seed",
     "ood_key",
     "problem_keys",
     "sampler_as_enn",
@@ -262,6 +266,22 @@ class ProblemKeys(NamedTuple):
     build: jax.Array  # environment and training data
     test: jax.Array  # test tau-samples and the evaluator's draws; fold in tau
     agent: jax.Array  # the agent's training; fold in the agent seed
+
+
+def definition_seed(definition: str) -> int:
+    """A problem's 32-bit ``key_seed``: a stable hash of the text that defines its draws."""
+    return int.from_bytes(hashlib.sha256(definition.encode()).digest()[:4], "little")
+
+
+def build_instance(problem: "Problem", template: "Problem") -> ProblemInstance:
+    """``problem``'s instance, built by a program compiled once per ``template`` (the
+    problem with every field that is not part of its shape reset)."""
+    return _build_jit(problem_keys(problem.key_seed).build, template, problem.build_args())
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _build_jit(key, template, args) -> ProblemInstance:
+    return template.build(key, args)
 
 
 def problem_keys(key_seed: int | jax.Array) -> ProblemKeys:

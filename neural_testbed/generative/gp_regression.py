@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 from typing import NamedTuple
 
 import jax
@@ -188,7 +187,7 @@ class GPRegressionProblem:
         definition = (f"gp_regression/v{PROBLEM_VERSION}/d={self.input_dim}/"
                       f"kernel={self.kernel}/P={self.num_pool}/"
                       f"noise={self.noise_variance!r}/T={self.num_train}/seed={self.seed}")
-        return int.from_bytes(hashlib.sha256(definition.encode()).digest()[:4], "little")
+        return base.definition_seed(definition)
 
     def build_args(self) -> dict[str, jax.Array]:
         return {"noise_variance": jnp.float32(self.noise_variance)}
@@ -216,10 +215,4 @@ class GPRegressionProblem:
     def instance(self) -> base.ProblemInstance:
         """The problem's function on the pool, training data and prior knowledge, now."""
         template = dataclasses.replace(self, problem_id="", noise_variance=1.0, seed=0)
-        return _build_jit(base.problem_keys(self.key_seed).build, template, self.build_args())
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _build_jit(key, template: GPRegressionProblem, args) -> base.ProblemInstance:
-    """Compiled once per shape: ``template`` carries only the shape's fields."""
-    return template.build(key, args)
+        return base.build_instance(self, template)

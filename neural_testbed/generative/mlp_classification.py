@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -199,7 +198,7 @@ class MLPClassificationProblem:
         definition = (f"mlp_classification/v{PROBLEM_VERSION}/d={self.input_dim}/"
                       f"K={self.num_classes}/hidden={self.env_hidden}/"
                       f"temperature={self.temperature!r}/T={self.num_train}/seed={self.seed}")
-        return int.from_bytes(hashlib.sha256(definition.encode()).digest()[:4], "little")
+        return base.definition_seed(definition)
 
     def build_args(self) -> dict[str, jax.Array]:
         return {"temperature": jnp.float32(self.temperature)}
@@ -224,10 +223,4 @@ class MLPClassificationProblem:
           >>> data, prior, env = problem.instance()
         """
         template = dataclasses.replace(self, problem_id="", temperature=1.0, seed=0)
-        return _build_jit(base.problem_keys(self.key_seed).build, template, self.build_args())
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _build_jit(key, template: MLPClassificationProblem, args) -> base.ProblemInstance:
-    """Compiled once per shape: ``template`` carries only the shape's fields."""
-    return template.build(key, args)
+        return base.build_instance(self, template)

@@ -98,7 +98,7 @@ class RealClassificationProblem:
     def key_seed(self) -> int:
         definition = (f"real_classification/v{PROBLEM_VERSION}/{self.digest}/"
                       f"T={self.num_train}/seed={self.seed}")
-        return int.from_bytes(hashlib.sha256(definition.encode()).digest()[:4], "little")
+        return base.definition_seed(definition)
 
     def load(self) -> datasets_lib.Dataset:
         """The dataset (cached per process)."""
@@ -136,12 +136,7 @@ class RealClassificationProblem:
     def instance(self) -> base.ProblemInstance:
         """The training rows, prior knowledge and test split, computed now."""
         template = dataclasses.replace(self, problem_id="", seed=0)
-        return _build_jit(base.problem_keys(self.key_seed).build, template, self.build_args())
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _build_jit(key, template: RealClassificationProblem, args) -> base.ProblemInstance:
-    return template.build(key, args)
+        return base.build_instance(self, template)
 
 
 def _mtime(path: str) -> float:

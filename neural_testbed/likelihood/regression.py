@@ -145,10 +145,7 @@ def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_sample
         terms, num_clipped = clip_infinite_terms(terms)
         stderr = (jnp.std(terms, ddof=1) / jnp.sqrt(num_test) if num_test > 1
                   else jnp.zeros(()))
-        # After the terms, not beside them: concurrent LAPACK calls (an agent's
-        # factorisations) could hang XLA's CPU runtime, as they did in the GP build.
-        log_lik, probe_x = jax.lax.optimization_barrier((log_lik, test.probe_x))
-        probes = sample(state, probe_x, jax.vmap(enn.sample_index)(
+        probes = sample(state, test.probe_x, jax.vmap(enn.sample_index)(
             jax.random.split(probe_key, num_samples)))
         nan = jnp.array(jnp.nan)
         return Evaluation(
