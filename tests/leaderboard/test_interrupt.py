@@ -32,6 +32,13 @@ INTERRUPTED = ("neural-testbed: interrupted; everything computed so far is in th
                "rerun the same command to continue")
 
 
+# The command as a terminal's foreground job runs it: with Python's Ctrl-C handler. A shell
+# starts a background job (`pytest ... &`) with SIGINT ignored, which its children inherit,
+# and Python then installs no handler: the command would (rightly) ignore Ctrl-C.
+_AS_IN_A_TERMINAL = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                     "from neural_testbed.cli import main; sys.exit(main())")
+
+
 class _Command:
     """The command in its own process group, its stderr read as it is written.
 
@@ -43,7 +50,7 @@ class _Command:
     def __init__(self, args, cwd):
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "neural_testbed.cli", *args], cwd=cwd, env=env,
+            [sys.executable, "-c", _AS_IN_A_TERMINAL, *args], cwd=cwd, env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self._chunks: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
