@@ -95,12 +95,15 @@ def figure_self_certainty(records: Sequence[Mapping[str, Any]], path,
         lines.setdefault((d, noise), []).append((num_train, mean[0], se[0]))
     figure = new_figure((6, 4.5))
     ax = figure.subplots()
+    positive = True
     for (d, noise), line in lines.items():
         num_train, mean, se = (np.array(v) for v in zip(*line))
+        positive = positive and bool(np.all(mean > 0))
         ax.errorbar(num_train, mean, yerr=se, marker="o", capsize=2,
                     label=f"d = {d}, noise {noise:g}")
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    if positive:  # a single model's self-certainty is 0: a linear axis shows it
+        ax.set_yscale("log")
     ax.set(xlabel="T (training pairs)", ylabel="self-certainty: mean (s - sigma)^2",
            title=title or "self-certainty")
     ax.legend(fontsize=8)

@@ -9,16 +9,17 @@ and at test inputs (a problem's pool):
 
 - *self-certainty*: the mean over the T training inputs of ``(s - sigma)^2``,
   ``sigma`` the noise's standard deviation. The paper writes a sum over the
-  observed points (its Eq. 2); the mean compares different T.
+  observed points (its Eq. 2): T times ours; the mean compares different T.
 - *inclusion@k*: the fraction of test inputs where ``|f(x) - m(x)| < k s(x)``,
   beside the fraction the agent's own belief expects
   (:func:`belief_inclusion`): for an agent whose belief is the true posterior
   the two agree in expectation over problems, which is what makes inclusion a
   calibration probe.
-- *uncertainty-increase@delta*: test inputs binned by their distance to the
-  nearest training input (equal-count bins); per bin, delta is the bin's mean
-  distance and UI the fraction of its inputs whose ``s`` exceeds ``s`` at that
-  nearest training input (the paper's Eq. 4).
+- *uncertainty-increase@delta*: test inputs binned by their Euclidean distance
+  to the nearest training input; per bin, delta is the bin's mean distance and
+  UI the fraction of its inputs whose ``s`` exceeds ``s`` at that nearest
+  training input (the paper's Eq. 4). The paper gives neither the number nor
+  the edges of its bins; ours hold equal counts, so that none is empty at any d.
 - *uncertainty-reduction@k*: the mean over test inputs of
   ``|s(x, D + D'_k) - s(x, D)|`` after the agent is trained again with k more
   pairs ``D'_k`` (the paper's Eq. 5), beside the signed mean
