@@ -165,3 +165,34 @@ def test_the_command_refuses_an_output_it_cannot_write_before_any_work(tmp_path,
     assert cli.main(["probe", "--agent", "mlp", "--out", str(blocker / "figures")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is under the file" in err, err
+
+
+def _made_up(value):
+    """Probes of one problem, every entry ``value`` (two of each parameter)."""
+    two = np.full(2, value)
+    return probing.ProblemProbes(np.float32(value), two, two, two, two, two, two,
+                                 np.zeros(3), np.zeros(3))
+
+
+def test_summaries_are_means_and_standard_errors_over_a_strata_problems():
+    settings = probing.ProbeSettings(inclusion_ks=(1.0, 2.0), reduction_ks=(1, 5), num_bins=2)
+    problems = [gp_regression.GPRegressionProblem(f"regression/{i}", input_dim=1, num_train=t,
+                                                  seed=i) for i, t in enumerate((3, 3, 3, 7))]
+    results = [(p, _made_up(v)) for p, v in zip(problems, (1.0, 2.0, 6.0, 5.0))]
+    records = probing.summarise(results, settings)
+    assert len(records) == 2 * (1 + 6 * 2)  # two strata; self-certainty and 6 probes of 2
+    for r in records:
+        if r["T"] == 3:  # values 1, 2, 6: mean 3, sample sd sqrt(7), se sqrt(7 / 3)
+            assert (r["problems"], r["mean"]) == (3, 3.0)
+            assert r["se"] == pytest.approx(math.sqrt(7 / 3))
+        else:
+            assert r["problems"] == 1 and r["mean"] == 5.0 and math.isnan(r["se"])
+    assert [r["at"] for r in records[:5]] == ["", "k=1", "k=2", "k=1", "k=2"]
+    text = probing.format_text(records)
+    assert "d = 1, noise variance 0.01, T = 3 (3 problems, mean ± se)" in text
+    assert "k=1: 3 ± 1.5 (expected 3 ± 1.5)" in text
+    assert "delta=5: 5   delta=5: 5" in text  # one problem: no standard error
+    per_problem = probing.summarise(results, settings, per_problem=True)
+    assert len(per_problem) == 4 * 13
+    assert {r["problem_id"] for r in per_problem} == {p.problem_id for p in problems}
+    assert "regression/3: d = 1, noise variance 0.01, T = 7" in probing.format_text(per_problem)
