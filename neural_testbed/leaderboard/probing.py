@@ -42,8 +42,8 @@ from neural_testbed.agents import registry
 from neural_testbed.diagnostics import probes
 from neural_testbed.leaderboard.sweep import MAX_AGENT_SEED
 
-__all__ = ["COLUMNS", "PROBES", "PROBLEM_COLUMNS", "ProbeSettings", "ProblemProbes", "added_data", "check_problems",
-           "describe", "format_text", "make_prober", "probe_keys", "probe_problems", "summarise"]
+__all__ = ["COLUMNS", "PROBES", "PROBLEM_COLUMNS", "ProbeSettings", "ProblemProbes", "added_data",
+           "check_problems", "describe", "format_text", "make_prober", "probe_keys", "probe_problems", "summarise"]
 
 # Probe names as records carry them, in the order tables show them.
 PROBES = ("self_certainty", "inclusion", "inclusion_expected", "delta", "uncertainty_increase",
