@@ -16,7 +16,7 @@ from typing import Any
 from neural_testbed import generative, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
-from neural_testbed.leaderboard import correlation
+from neural_testbed.leaderboard import correlation, probing
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
 from neural_testbed.leaderboard import store as store_lib
@@ -221,6 +221,46 @@ def _parser() -> argparse.ArgumentParser:
     correlate.add_argument("--plot", metavar="FILE.png",
                            help="also write Figure 6b (real against testbed scores in the high "
                                 "data regime, one point per config) to this PNG file")
+
+    probe = commands.add_parser(
+        "probe", parents=[common, one_agent],
+        help="Grover et al.'s probes of an agent's predictive uncertainty (regression)",
+        description="Train an agent on each regression problem of a sweep (as `run` does) "
+                    "and compute, from its belief samples plus the known noise (s = the "
+                    "predictive standard deviation of a target): self-certainty (mean over "
+                    "the training inputs of (s - sigma)^2), inclusion@k (fraction of pool "
+                    "inputs with |f - mean| < k s, beside what the agent's belief expects), "
+                    "uncertainty-increase@delta (pool inputs in equal-count bins of the "
+                    "distance to the nearest training input: the fraction whose s exceeds s "
+                    "there) and uncertainty-reduction@k (mean |s| change after training again "
+                    "with k more pool pairs). Prints means ± standard errors per stratum "
+                    "(d, noise variance, T); nothing is stored.")
+    probe.add_argument("--sweep", default="regression-quick", choices=list(problems_lib.SWEEPS),
+                       help="a regression sweep: regression-quick (8 problems, default), "
+                            "regression (180) or regression-wang (30)")
+    probe.add_argument("--problems", nargs="+", metavar="ID",
+                       help="only these problem ids of the sweep (default: all of them)")
+    probe.add_argument("--inclusion-k", default="1,2,3", metavar="K1,K2,...",
+                       help="k of inclusion@k, numbers > 0 (default: 1,2,3)")
+    probe.add_argument("--reduction-k", default="1,2,5,10", metavar="K1,K2,...",
+                       help="pairs added for uncertainty-reduction@k, integers >= 1 up to the "
+                            "pool size; the agent trains once more per k (default: 1,2,5,10)")
+    probe.add_argument("--bins", type=int, default=5, metavar="B",
+                       help="equal-count distance bins of uncertainty-increase; delta is a "
+                            "bin's mean distance (default: 5)")
+    probe.add_argument("--num-samples", type=int, default=1000, metavar="M",
+                       help="belief samples per input (default: 1000)")
+    probe.add_argument("--seed", type=int, default=0,
+                       help="agent seed, folded into each problem's key as in `run` (default: 0)")
+    probe.add_argument("--per-problem", action="store_true",
+                       help="one block (or record) per problem instead of per stratum")
+    probe.add_argument("--format", default="text", choices=["text", "markdown", "csv"],
+                       help="text (default): a block per stratum; markdown, csv: one record "
+                            "per (stratum, probe, parameter)")
+    probe.add_argument("--out", metavar="DIR",
+                       help="also write variance_by_distance.png, self_certainty.png, "
+                            "inclusion.png and uncertainty_reduction.png here")
+    probe.add_argument("--quiet", action="store_true", help="no progress bar")
 
     merge = commands.add_parser(
         "merge", parents=[common], help="combine results stores into one",
@@ -735,6 +775,73 @@ def _cmd_correlate(args) -> int:
     return 0
 
 
+def _parse_list(text: str, kind: type, flag: str) -> tuple:
+    """``"1,2,5"`` -> ``(1, 2, 5)`` of ``kind``; the values' rules are the settings'."""
+    try:
+        return tuple(kind(t) for t in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected {kind.__name__} values separated by "
+                         "commas, e.g. 1,2,5") from None
+
+
+def _probe_problems(args) -> list[Any]:
+    """The sweep's problems, or those ``--problems`` names (in the sweep's order)."""
+    problems = problems_lib.get_sweep(args.sweep)
+    if not args.problems:
+        return list(problems.values())
+    unknown = [pid for pid in args.problems if pid not in problems]
+    if unknown:
+        raise ValueError(f"--problems: {', '.join(unknown)} not in the {args.sweep} sweep; see "
+                         f"`neural-testbed problems --sweep {args.sweep}`")
+    return [p for pid, p in problems.items() if pid in set(args.problems)]
+
+
+def _cmd_probe(args) -> int:
+    spec = registry.get_agent(args.agent)
+    config = registry.parse_overrides(spec, args.overrides)
+    settings = probing.ProbeSettings(
+        inclusion_ks=_parse_list(args.inclusion_k, float, "--inclusion-k"),
+        reduction_ks=_parse_list(args.reduction_k, int, "--reduction-k"),
+        num_bins=args.bins, num_samples=args.num_samples, agent_seed=args.seed)
+    problems = _probe_problems(args)
+    probing.check_problems(args.agent, problems, settings)
+    if args.out:  # checked before any work
+        figures = _probe_figures()
+        _check_output_dir(args.out, "--out")
+    notes = sys.stdout if args.format == "text" else sys.stderr  # CSV and Markdown stay clean
+    print(f"probe {args.agent}: {config}; {len(problems)} problems ({args.sweep})",
+          file=sys.stderr)
+    start = time.perf_counter()
+    results = list(probing.probe_problems(spec.make(config), problems, settings,
+                                          progress=not args.quiet, desc=args.agent))
+    seconds = time.perf_counter() - start
+    records = probing.summarise(results, settings, per_problem=args.per_problem)
+    print(probing.describe(settings), file=notes)
+    if args.format == "text":
+        print(probing.format_text(records))
+    else:
+        columns = probing.PROBLEM_COLUMNS if args.per_problem else probing.COLUMNS
+        print(scoring.format_records(records, args.format, columns))
+    print(f"time: {seconds:.1f} s for {len(problems)} problems ({seconds / len(problems):.1f} s "
+          "per problem, compilation included)", file=notes)
+    if args.out:
+        summary = (records if not args.per_problem
+                   else probing.summarise(results, settings))
+        for path in figures.save_probe_figures(results, summary, args.out, agent=args.agent):
+            print(f"wrote {path}", file=notes)
+    return 0
+
+
+def _probe_figures():
+    """The probe figures module, or one clear error where matplotlib is missing."""
+    try:
+        from neural_testbed.diagnostics import probe_figures
+    except ImportError as error:
+        raise ValueError(f"figures need matplotlib ({error}); install it with "
+                         "pip install 'neural-testbed[analysis]'") from None
+    return probe_figures
+
+
 def _registered_agent(name: str, rows: Sequence[Mapping[str, Any]]) -> registry.AgentSpec:
     """The agent's spec; for an agent known only from the store, say how to load it."""
     if name not in registry.AGENTS and any(r["agent"] == name for r in rows):
@@ -771,7 +878,7 @@ def _cmd_export(args) -> int:
 
 _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
              "compare": _cmd_compare, "plot": _cmd_plot, "correlate": _cmd_correlate,
-             "diagnose": _cmd_diagnose,
+             "diagnose": _cmd_diagnose, "probe": _cmd_probe,
              "merge": _cmd_merge,
              "export": _cmd_export,
              "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}

@@ -2,7 +2,8 @@
 reliability diagram), the aleatoric / epistemic split, rejection of
 out-of-distribution inputs, and uncertainty-probability diagrams with their
 average uncertainty divergence (Li & Zhu); on regression problems, posterior
-predictive correlations (Wang et al.)."""
+predictive correlations (Wang et al.) and probes of predictive uncertainty
+(Grover et al.)."""
 
 from neural_testbed.diagnostics.calibration import (
     accuracy,
@@ -21,6 +22,13 @@ from neural_testbed.diagnostics.divergence import (
     average_uncertainty_divergence,
     binned_sums,
     diagram,
+)
+from neural_testbed.diagnostics.probes import (
+    belief_inclusion,
+    inclusion,
+    self_certainty,
+    uncertainty_increase,
+    uncertainty_reduction,
 )
 from neural_testbed.diagnostics.rejection import ecdf_area, rejection_ability, rescaled_confidence
 from neural_testbed.diagnostics.report import (
@@ -50,6 +58,7 @@ __all__ = [
     "as_record",
     "as_regression_record",
     "average_uncertainty_divergence",
+    "belief_inclusion",
     "binned_sums",
     "covariances",
     "diagram",
@@ -57,11 +66,15 @@ __all__ = [
     "regression_diagnostics",
     "ecdf_area",
     "expected_calibration_error",
+    "inclusion",
     "rejection_ability",
     "reliability_bins",
     "rescaled_confidence",
     "sample_correlation",
+    "self_certainty",
     "split",
     "summarise",
     "summarise_batch",
+    "uncertainty_increase",
+    "uncertainty_reduction",
 ]

@@ -1,6 +1,7 @@
 """Problem sweeps, running agents over them, the results store, scores and comparisons."""
 
 from neural_testbed.leaderboard.frames import compare_frame, leaderboard_frame, results_frame
+from neural_testbed.leaderboard.probing import ProbeSettings, probe_problems
 from neural_testbed.leaderboard.problems import (
     SWEEPS,
     Problem,
@@ -21,6 +22,7 @@ from neural_testbed.leaderboard.sweep import SweepSummary, run_agent, run_sweep
 __all__ = [
     "DEFAULT_DB",
     "SWEEPS",
+    "ProbeSettings",
     "Problem",
     "ResultsStore",
     "StoreError",
@@ -33,6 +35,7 @@ __all__ = [
     "leaderboard_frame",
     "load_problem",
     "prior_knowledge",
+    "probe_problems",
     "results_frame",
     "run_agent",
     "run_sweep",
