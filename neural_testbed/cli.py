@@ -819,13 +819,14 @@ def _cmd_tal(args) -> int:
           f"error over {len(results)} problems), queries chosen by {args.agent}:", file=notes)
     columns = ["round", "queried"] + [c for m in methods for c in (m, f"{m}_se")]
     print(scoring.format_records(records, args.format, columns))
-    if "random" in methods:
-        for method in methods:
-            if method != "random":
-                mean, stderr = active.tal.paired_difference(results, method)
-                print(f"{method} - random after {settings.num_rounds * settings.batch_size} "
-                      f"queries: {mean:+.4f} ± {stderr:.4f} (paired over {len(results)} "
-                      "problems)", file=notes)
+    rounds = sorted({1, settings.num_rounds})  # the paper's TAL score is after one round
+    for method in (m for m in methods if m != "random" and "random" in methods):
+        differences = []
+        for r in rounds:
+            mean, stderr = active.tal.paired_difference(results, method, round_index=r)
+            differences.append(f"{mean:+.4f} ± {stderr:.4f} after {r * settings.batch_size}")
+        print(f"{method} - random: {', '.join(differences)} queries (paired over "
+              f"{len(results)} problems)", file=notes)
     mean, stderr, count = active.tal.mean_metacorrelation(results)
     print(f"metacorrelation of {args.agent} at the test inputs before any query: "
           + (f"{mean:.4f} ± {stderr:.4f} over {count} problems" if count

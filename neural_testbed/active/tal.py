@@ -86,15 +86,15 @@ class TALSettings:
 
     num_rounds: int = 10  # R: rounds of queries
     batch_size: int = 7  # B: candidates queried per round
-    num_samples: int = 1000  # M: belief samples for the selection covariance
+    num_samples: int = 1000  # M >= 2: belief samples for the selection covariance
     methods: tuple[str, ...] = selection.METHODS  # selection rules, of selection.METHODS
     agent_seed: int = 0  # folded into each problem's agent key, as `run --seed`
 
     def __post_init__(self):
-        for name in ("num_rounds", "batch_size", "num_samples"):
+        for name, least in (("num_rounds", 1), ("batch_size", 1), ("num_samples", 2)):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         if not isinstance(self.agent_seed, int) or self.agent_seed < 0:
             raise ValueError(f"agent_seed must be an integer >= 0, got {self.agent_seed!r}")
         unknown = [m for m in self.methods if m not in selection.METHODS]
