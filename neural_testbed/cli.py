@@ -786,9 +786,10 @@ def _cmd_tal(args) -> int:
         raise ValueError(f"--method {args.method!r}: expected distinct names among "
                          f"{', '.join(active.METHODS)}, comma-separated")
     for flag, value, least in (("--rounds", args.rounds, 1), ("--batch", args.batch, 1),
-                               ("--samples", args.samples, 2), ("--seed", args.seed, 0)):
+                               ("--samples", args.samples, 2)):
         if value < least:
             raise ValueError(f"{flag} {value}: expected an integer >= {least}")
+    sweep_lib.check_options(agent_seed=args.seed)
     settings = active.TALSettings(num_rounds=args.rounds, batch_size=args.batch,
                                   num_samples=args.samples, methods=methods,
                                   agent_seed=args.seed)
@@ -824,12 +825,13 @@ def _cmd_tal(args) -> int:
         differences = []
         for r in rounds:
             mean, stderr = active.tal.paired_difference(results, method, round_index=r)
-            differences.append(f"{mean:+.4f} ± {stderr:.4f} after {r * settings.batch_size}")
+            differences.append(f"{_plus_minus(mean, stderr, '+.4f')} after "
+                               f"{r * settings.batch_size}")
         print(f"{method} - random: {', '.join(differences)} queries (paired over "
               f"{len(results)} problems)", file=notes)
     mean, stderr, count = active.tal.mean_metacorrelation(results)
     print(f"metacorrelation of {args.agent} at the test inputs before any query: "
-          + (f"{mean:.4f} ± {stderr:.4f} over {count} problems" if count
+          + (f"{_plus_minus(mean, stderr, '.4f')} over {count} problems" if count
              else "n/a (its belief samples do not vary, or no method used it)"), file=notes)
     print(f"time: {seconds:.1f} s ({seconds / len(results):.1f} s per problem, compilation "
           "included)", file=notes)
@@ -837,6 +839,11 @@ def _cmd_tal(args) -> int:
         title = f"{args.agent} selecting on {args.sweep} ({len(results)} problems)"
         print(f"wrote {figures.figure_tal(records, args.out, title)}", file=notes)
     return 0
+
+
+def _plus_minus(mean: float, stderr: float, spec: str) -> str:
+    """``mean ± stderr``; the error is n/a for a single problem."""
+    return f"{mean:{spec}} ± {_number(stderr, '.4f')}"
 
 
 def _tal_figures():

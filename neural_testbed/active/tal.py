@@ -95,8 +95,9 @@ class TALSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-        if not isinstance(self.agent_seed, int) or self.agent_seed < 0:
-            raise ValueError(f"agent_seed must be an integer >= 0, got {self.agent_seed!r}")
+        if not isinstance(self.agent_seed, int) or not 0 <= self.agent_seed < 2**32:
+            raise ValueError(f"agent_seed must be an integer from 0 to {2**32 - 1} (fold_in "
+                             f"data), got {self.agent_seed!r}")
         unknown = [m for m in self.methods if m not in selection.METHODS]
         if unknown or not self.methods or len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods {','.join(self.methods) or '(none)'}: expected distinct "

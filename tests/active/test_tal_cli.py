@@ -27,6 +27,7 @@ def no_work(monkeypatch):
     (["--agent", "oracle_gp", "--rounds", "0"], "--rounds 0: expected an integer >= 1"),
     (["--agent", "oracle_gp", "--rounds", "30"], "30 rounds x 7 queries need 210"),
     (["--agent", "mlp", "--set", "num_steps=0"], "num_steps"),
+    (["--agent", "oracle_gp", "--seed", "-1"], "agent seed (--seed) must be an integer from 0"),
 ])
 def test_bad_settings_are_one_line_and_status_2_before_any_work(capsys, no_work, args,
                                                                fragment):
