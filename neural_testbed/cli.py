@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neural_testbed import generative, memory
+from neural_testbed import active, base, generative, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import correlation, probing
@@ -261,6 +261,45 @@ def _parser() -> argparse.ArgumentParser:
                        help="also write variance_by_distance.png, self_certainty.png, "
                             "inclusion.png and uncertainty_reduction.png here")
     probe.add_argument("--quiet", action="store_true", help="no progress bar")
+    tal = commands.add_parser(
+        "tal", parents=[common, one_agent, fmt],
+        help="transductive active learning with the agent choosing the queries (Wang et al.)",
+        description="Per problem and selection method, rounds of queries: each round the agent "
+                    "is trained on the current training set, its predictive covariance over the "
+                    "pool and the test inputs picks --batch pool inputs (BatchMIG: greedy batch "
+                    "mutual information with the test inputs; MIG: the top single-point "
+                    "information; TIG: the top predictive variances; random), and their noisy "
+                    "labels join the training set. Prints per round and method the exact "
+                    "posterior's mean test log-likelihood (the prediction model, the same for "
+                    "every agent), mean and standard error over the problems, each method's "
+                    "paired difference from random after the last round and the agent's "
+                    "metacorrelation at the test inputs before any query. Stores nothing.")
+    tal.add_argument("--sweep", default="regression-wang", choices=list(problems_lib.SWEEPS),
+                     help="a regression sweep; its problems' test inputs are the first "
+                          "num_probes pool inputs, the pool the rest (default: regression-wang, "
+                          "500 test and 200 pool inputs)")
+    tal.add_argument("--problems", default=None, metavar="N|ID,...",
+                     help="N problems in seed order (seed 0 of every setting first), or "
+                          "comma-separated problem ids (default: the whole sweep)")
+    tal.add_argument("--method", default=",".join(active.METHODS), metavar="M,...",
+                     help="selection methods, comma-separated, of " + ", ".join(active.METHODS)
+                          + " (default: all)")
+    tal.add_argument("--rounds", type=int, default=active.TALSettings.num_rounds, metavar="R",
+                     help="rounds of queries (default: 10)")
+    tal.add_argument("--batch", type=int, default=active.TALSettings.batch_size, metavar="B",
+                     help="pool inputs queried per round (default: 7, 1%% of the 5d + 700 "
+                          "points of regression-wang, as Wang et al.'s code)")
+    tal.add_argument("--samples", type=int, default=active.TALSettings.num_samples,
+                     metavar="M", help="belief samples for the selection covariance of an agent "
+                                       "with more than M members or random indices "
+                                       "(default: 1000)")
+    tal.add_argument("--seed", type=int, default=0,
+                     help="agent seed, folded into each problem's agent key as in `run` "
+                          "(default: 0)")
+    tal.add_argument("--out", metavar="FILE.png",
+                     help="also draw test log-likelihood against labels queried, one line per "
+                          "method, to this PNG file")
+    tal.add_argument("--quiet", action="store_true", help="no progress bar")
 
     merge = commands.add_parser(
         "merge", parents=[common], help="combine results stores into one",
@@ -840,6 +879,85 @@ def _probe_figures():
         raise ValueError(f"figures need matplotlib ({error}); install it with "
                          "pip install 'neural-testbed[analysis]'") from None
     return probe_figures
+def _cmd_tal(args) -> int:
+    spec = registry.get_agent(args.agent)
+    config = registry.parse_overrides(spec, args.overrides)
+    if "regression" not in spec.targets:
+        raise ValueError(f"agent {args.agent!r} is not built for regression problems (it "
+                         f"predicts {', '.join(spec.targets)}); tal needs a regression agent")
+    methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
+    if not methods or set(methods) - set(active.METHODS) or len(set(methods)) < len(methods):
+        raise ValueError(f"--method {args.method!r}: expected distinct names among "
+                         f"{', '.join(active.METHODS)}, comma-separated")
+    for flag, value, least in (("--rounds", args.rounds, 1), ("--batch", args.batch, 1),
+                               ("--samples", args.samples, 2)):
+        if value < least:
+            raise ValueError(f"{flag} {value}: expected an integer >= {least}")
+    sweep_lib.check_options(agent_seed=args.seed)
+    settings = active.TALSettings(num_rounds=args.rounds, batch_size=args.batch,
+                                  num_samples=args.samples, methods=methods,
+                                  agent_seed=args.seed)
+    if args.out:  # checked before any work
+        figures = _tal_figures()
+        _check_output_file(args.out, "--out")
+    sweep = problems_lib.get_sweep(args.sweep)
+    if any(p.target != "regression" for p in sweep.values()):
+        raise ValueError(f"tal needs a regression sweep; {args.sweep} holds classification "
+                         "problems (try --sweep regression-wang)")
+    try:
+        problems = active.tal.pick_problems(sweep, args.problems)
+    except ValueError as error:
+        raise ValueError(f"--problems {error}") from None
+    active.tal.check_problems(problems, settings)
+    agent = spec.make(config)
+    if not isinstance(agent, base.Agent):
+        raise ValueError(f"agent {args.agent!r} trains outside JAX (a host agent); tal "
+                         "retrains its selection model each round and needs a JAX agent")
+    print(f"tal: agent {args.agent}: {config}; {len(problems)} problems of {args.sweep}; "
+          f"{settings.num_rounds} rounds x {settings.batch_size} queries", file=sys.stderr)
+    start = time.perf_counter()
+    results = active.run_tal(agent, problems, settings, progress=not args.quiet)
+    seconds = time.perf_counter() - start
+    records = active.summarise(results)
+    notes = sys.stdout if args.format == "table" else sys.stderr  # CSV and Markdown stay clean
+    print(f"test log-likelihood of the exact posterior after each round (mean and standard "
+          f"error over {len(results)} problems), queries chosen by {args.agent}:", file=notes)
+    columns = ["round", "queried"] + [c for m in methods for c in (m, f"{m}_se")]
+    print(scoring.format_records(records, args.format, columns))
+    rounds = sorted({1, settings.num_rounds})  # the paper's TAL score is after one round
+    for method in (m for m in methods if m != "random" and "random" in methods):
+        differences = []
+        for r in rounds:
+            mean, stderr = active.tal.paired_difference(results, method, round_index=r)
+            differences.append(f"{_plus_minus(mean, stderr, '+.4f')} after "
+                               f"{r * settings.batch_size}")
+        print(f"{method} - random: {', '.join(differences)} queries (paired over "
+              f"{len(results)} problems)", file=notes)
+    mean, stderr, count = active.tal.mean_metacorrelation(results)
+    print(f"metacorrelation of {args.agent} at the test inputs before any query: "
+          + (f"{_plus_minus(mean, stderr, '.4f')} over {count} problems" if count
+             else "n/a (its belief samples do not vary, or no method used it)"), file=notes)
+    print(f"time: {seconds:.1f} s ({seconds / len(results):.1f} s per problem, compilation "
+          "included)", file=notes)
+    if args.out:
+        title = f"{args.agent} selecting on {args.sweep} ({len(results)} problems)"
+        print(f"wrote {figures.figure_tal(records, args.out, title)}", file=notes)
+    return 0
+
+
+def _plus_minus(mean: float, stderr: float, spec: str) -> str:
+    """``mean ± stderr``; the error is n/a for a single problem."""
+    return f"{mean:{spec}} ± {_number(stderr, '.4f')}"
+
+
+def _tal_figures():
+    """The TAL figure module, or one clear error where matplotlib is missing."""
+    try:
+        from neural_testbed.active import figures
+    except ImportError as error:
+        raise ValueError(f"--out needs matplotlib ({error}); install it with "
+                         "pip install 'neural-testbed[analysis]'") from None
+    return figures
 
 
 def _registered_agent(name: str, rows: Sequence[Mapping[str, Any]]) -> registry.AgentSpec:
@@ -878,7 +996,7 @@ def _cmd_export(args) -> int:
 
 _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
              "compare": _cmd_compare, "plot": _cmd_plot, "correlate": _cmd_correlate,
-             "diagnose": _cmd_diagnose, "probe": _cmd_probe,
+             "diagnose": _cmd_diagnose, "probe": _cmd_probe, "tal": _cmd_tal,
              "merge": _cmd_merge,
              "export": _cmd_export,
              "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}

@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["REGRESSION_METRICS", "RegressionDiagnostics", "as_regression_record",
-           "metacorrelation", "regression_diagnostics", "sample_correlation"]
+           "metacorrelation", "metacorrelation_of_correlation", "regression_diagnostics",
+           "sample_correlation"]
 
 # Scalars a regression row's diagnostics hold, by the names `leaderboard --metrics` takes.
 REGRESSION_METRICS = ("metacorrelation", "predictive_variance")
@@ -46,8 +47,15 @@ def sample_correlation(samples: jax.Array) -> jax.Array:
 def metacorrelation(samples: jax.Array, reference_correlation: jax.Array) -> jax.Array:
     """Pearson correlation over the probe pairs ``i < j`` of the samples' correlations
     and ``reference_correlation``."""
+    return metacorrelation_of_correlation(sample_correlation(samples), reference_correlation)
+
+
+def metacorrelation_of_correlation(correlation: jax.Array,
+                                   reference_correlation: jax.Array) -> jax.Array:
+    """Pearson correlation over the pairs ``i < j`` of two ``[Q, Q]`` correlation matrices:
+    the metacorrelation of a belief known by its covariance rather than its samples."""
     rows, cols = np.triu_indices(reference_correlation.shape[0], k=1)
-    ours = sample_correlation(samples)[rows, cols]
+    ours = correlation[rows, cols]
     theirs = reference_correlation[rows, cols]
     ours, theirs = ours - jnp.mean(ours), theirs - jnp.mean(theirs)
     return jnp.sum(ours * theirs) / jnp.sqrt(jnp.sum(ours**2) * jnp.sum(theirs**2))

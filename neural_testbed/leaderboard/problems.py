@@ -124,19 +124,23 @@ def _regression_quick_sweep(regression: Mapping[str, base.Problem]) -> dict[str,
 
 
 _WANG_INPUT_DIMS = (1, 5, 10)
+_WANG_ACTIVE_POOL = 200  # pool inputs after the 500 test inputs, queried by active learning
 
 
 def _regression_wang_sweep() -> dict[str, base.Problem]:
-    """Wang et al.'s synthetic setting: T = 5 d training and 500 test inputs, noise
-    variance 0.01, d in {1, 5, 10} (the paper does not say which d), 10 seeds;
-    the metacorrelation over all 500 test inputs' pairs (30 problems)."""
+    """Wang et al.'s synthetic setting: T = 5 d training, 500 test and 200 pool inputs,
+    noise variance 0.01, d in {1, 5, 10} (the paper does not say which d), 10 seeds
+    (30 problems). The environment's pool holds all 700 inputs: the first 500 are the
+    test inputs (the probes: the metacorrelation is over all their pairs; the targets
+    of transductive active learning), the last 200 the active-learning pool
+    (:mod:`neural_testbed.active.tal`)."""
     grid = itertools.product(_WANG_INPUT_DIMS, _PAPER_SEEDS)
     problems = {}
     for i, (d, seed) in enumerate(grid):
         problem_id = f"regression_wang/{i}"
         problems[problem_id] = gp_regression.GPRegressionProblem(
             problem_id, input_dim=d, num_train=5 * d, seed=seed, noise_variance=0.01,
-            num_pool=500, num_probes=500)
+            num_pool=500 + _WANG_ACTIVE_POOL, num_probes=500)
     return problems
 
 
