@@ -2,7 +2,7 @@
 reliability diagram), the aleatoric / epistemic split, rejection of
 out-of-distribution inputs, and uncertainty-probability diagrams with their
 average uncertainty divergence (Li & Zhu); on regression problems, posterior
-predictive correlations (Wang et al.)."""
+predictive correlations and the cross-normalized log-likelihood (Wang et al.)."""
 
 from neural_testbed.diagnostics.calibration import (
     accuracy,
@@ -35,6 +35,11 @@ from neural_testbed.diagnostics.report import (
     summarise_batch,
 )
 from neural_testbed.diagnostics.uncertainty import Split, covariances, split
+from neural_testbed.diagnostics.xll import (
+    Predictive,
+    cross_normalized_log_likelihood,
+    xll_and_xllr,
+)
 
 __all__ = [
     "CONDITIONS",
@@ -45,6 +50,7 @@ __all__ = [
     "UNCERTAINTIES",
     "Diagnostics",
     "Inputs",
+    "Predictive",
     "Split",
     "accuracy",
     "as_record",
@@ -52,6 +58,7 @@ __all__ = [
     "average_uncertainty_divergence",
     "binned_sums",
     "covariances",
+    "cross_normalized_log_likelihood",
     "diagram",
     "metacorrelation",
     "regression_diagnostics",
@@ -64,4 +71,5 @@ __all__ = [
     "split",
     "summarise",
     "summarise_batch",
+    "xll_and_xllr",
 ]
