@@ -17,7 +17,14 @@ The paper's Table 1 reports such mean ranks, 0-based, lower is better.
 
 Covariances are those of the targets ``y = f + noise`` (the paper's Remark 2):
 a model's covariance of ``f`` plus the known noise variance on the diagonal,
-which also keeps every batch's correlation matrix positive definite.
+which also keeps every batch's correlation matrix positive definite. So a
+single model (no spread of f) has an XLL: that of the identity correlation
+matrix, independent targets.
+
+Where this differs from the paper (docs/differences.md): it does not say how
+tied models rank (here: their mean rank); the testbed applies XLL to a
+problem's Q probes with one draw of noisy targets there, and each row's XLL
+uses the exact posterior as the reference.
 
 Reference: Wang et al., "Beyond marginal uncertainty: how accurately can
 Bayesian regression models estimate posterior predictive correlations?",
