@@ -77,6 +77,8 @@ def decode(blob: bytes) -> Moments:
     if len(blob) < _HEADER.size or blob[:4] != _FORMAT:
         raise ValueError("not a stored predictive (or one from a newer neural-testbed)")
     _, form, q, r, noise_variance = _HEADER.unpack_from(blob)
+    if form not in (_FACTOR, _TRIANGLE):
+        raise ValueError(f"a stored predictive of unknown form {form}")
     size = r * q if form == _FACTOR else q * (q + 1) // 2
     numbers = _unpack(blob[_HEADER.size:], q + size)
     mean, body = numbers[:q], numbers[q:].astype(np.float64)

@@ -125,3 +125,12 @@ def test_bad_requests_are_one_clear_line(db, capsys):
 def test_the_library_refuses_before_reading_the_store():
     with pytest.raises(ValueError, match="an agent is named twice"):
         xll_scores.check_options(SWEEP, ["a", "b", "a"], 5)
+
+
+def test_merge_carries_the_predictives(db, tmp_path, capsys):
+    merged = tmp_path / "merged.db"
+    assert cli.main(["merge", str(db), "-o", str(merged)]) == 0
+    key = ("exact", store_lib.config_hash("exact", None), "auto", 0)
+    with leaderboard.ResultsStore(db, create=False) as a, \
+            leaderboard.ResultsStore(merged, create=False) as b:
+        assert len(b.predictives(*key)) == 2 and b.predictives(*key) == a.predictives(*key)
