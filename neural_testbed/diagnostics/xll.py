@@ -142,7 +142,9 @@ def xll_matrix(y: jax.Array, means: jax.Array, covariances: jax.Array,
 
 
 def xll_ranks(values: jax.Array) -> jax.Array:
-    """Ranks along the last axis, 0 for the highest value; ties share their mean rank."""
+    """Ranks along the last axis, 0 for the highest value; ties share their mean rank, and
+    NaN (an undefined XLL) ranks last."""
+    values = jnp.where(jnp.isnan(values), -jnp.inf, values)
     higher = jnp.sum(values[..., None, :] > values[..., :, None], axis=-1)
     tied = jnp.sum(values[..., None, :] == values[..., :, None], axis=-1)
     return higher + 0.5 * (tied - 1)

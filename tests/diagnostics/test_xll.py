@@ -77,9 +77,9 @@ def test_true_correlations_beat_independence_by_the_expected_log_determinant():
     assert expected > 20 * stderr  # the check can fail: the correlations carry information
 
 
-def test_ranks_are_zero_for_the_best_and_share_ties():
-    ranks = xll.xll_ranks(jnp.array([[1.0, 3.0, 2.0], [5.0, 5.0, 0.0]]))
-    np.testing.assert_array_equal(np.asarray(ranks), [[2, 0, 1], [0.5, 0.5, 2]])
+def test_ranks_are_zero_for_the_best_share_ties_and_put_nan_last():
+    ranks = xll.xll_ranks(jnp.array([[1.0, 3.0, 2.0], [5.0, 5.0, 0.0], [np.nan, 1.0, 2.0]]))
+    np.testing.assert_array_equal(np.asarray(ranks), [[2, 0, 1], [0.5, 0.5, 2], [2, 1, 0]])
 
 
 def test_algorithm_2_averages_scores_and_ranks_over_the_references():
