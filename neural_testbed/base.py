@@ -178,10 +178,14 @@ class TestSamples(NamedTuple):
     ood_x: jax.Array | None = None  # [num_test, input_dim], or None: no rejection diagnostics
     # Regression only: the known variance of the targets' Gaussian noise, and
     # probe inputs with the exact posterior's correlations of f between them
-    # (for the metacorrelation); None for classification.
+    # (for the metacorrelation), its means and variances of f there and one
+    # draw of noisy targets there (for XLL); None for classification.
     noise_variance: jax.Array | None = None
     probe_x: jax.Array | None = None  # [Q, input_dim]
     probe_correlation: jax.Array | None = None  # [Q, Q]
+    probe_y: jax.Array | None = None  # [Q] f plus noise
+    probe_mean: jax.Array | None = None  # [Q]
+    probe_variance: jax.Array | None = None  # [Q]
 
 
 class ProblemInstance(NamedTuple):
@@ -333,6 +337,9 @@ class ProblemResult:
     status: str = "ok"  # "ok" or "failed"
     error: str = ""  # what went wrong when status == "failed"
     diagnostics: str | None = None  # JSON of neural_testbed.diagnostics.as_record, if computed
+    # Regression, the row of a problem's smallest tau: the agent's predictive at the
+    # probes, encoded by neural_testbed.leaderboard.predictives (for `xll`); else None.
+    predictive: bytes | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

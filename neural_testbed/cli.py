@@ -21,6 +21,7 @@ from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard import sweep as sweep_lib
+from neural_testbed.leaderboard import xll_scores
 from neural_testbed.likelihood import kl
 
 __all__ = ["main"]
@@ -300,6 +301,25 @@ def _parser() -> argparse.ArgumentParser:
                      help="also draw test log-likelihood against labels queried, one line per "
                           "method, to this PNG file")
     tal.add_argument("--quiet", action="store_true", help="no progress bar")
+    xll = commands.add_parser(
+        "xll", parents=[common, db, fmt],
+        help="XLL and XLLR across agents on a regression sweep (Wang et al.)",
+        description="Wang et al.'s cross-normalized log-likelihood (Algorithm 2) from the "
+                    "predictive means and covariances at the probes that each regression row "
+                    "stores (no retraining): on every problem all named agents have them for, "
+                    "each agent serves once as the reference, whose means and variances "
+                    "replace every agent's own and whose most correlated probes form the "
+                    "batches; per agent, the mean XLL and XLLR (its rank, 0 = best) over the "
+                    "references and problems, with stratified standard errors. Each agent "
+                    "uses its globally tuned config, as the leaderboard.")
+    xll.add_argument("--agent", action="append", required=True,
+                     help="an agent with regression rows in the store; repeat for each (2 or "
+                          "more)")
+    xll.add_argument("--sweep", default="regression-quick", choices=list(problems_lib.SWEEPS),
+                     help="a regression sweep (default: regression-quick)")
+    xll.add_argument("--batch-size", type=int, default=5, metavar="B",
+                     help="test points per batch: an anchor and its B - 1 most correlated "
+                          "probes under the reference (default: 5, the paper's)")
 
     merge = commands.add_parser(
         "merge", parents=[common], help="combine results stores into one",
@@ -311,7 +331,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="store to write (created if missing; may already hold rows)")
 
     export = commands.add_parser("export", parents=[common, db],
-                                 help="write every stored row to a CSV file")
+                                 help="write every stored row to a CSV file",
+                                 description="Write every stored row to a CSV file (the "
+                                             "predictives kept for `xll` are binary and are "
+                                             "not exported; `merge` carries them).")
     export.add_argument("-o", "--output", required=True, metavar="CSV", help="the CSV file")
 
     commands.add_parser("agents", parents=[common],
@@ -960,6 +983,27 @@ def _tal_figures():
     return figures
 
 
+def _cmd_xll(args) -> int:
+    agents = list(args.agent)
+    problems = problems_lib.get_sweep(args.sweep)
+    xll_scores.check_options(problems, agents, args.batch_size)
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        rows = store.rows()
+        if not rows:
+            raise store_lib.StoreError(f"{args.db!r} holds no results yet")
+        for name in agents:
+            _check_agent_in_store(name, rows, args.db, "--agent")
+        records, notes = xll_scores.xll_scores(store, problems, agents, args.batch_size,
+                                               progress=True)
+    out = sys.stdout if args.format == "table" else sys.stderr  # CSV and Markdown stay clean
+    print(f"sweep: {args.sweep}; " + xll_scores.describe(len(agents), args.batch_size),
+          file=out)
+    for note in notes:
+        print(f"note: {note}", file=out)
+    print(scoring.format_records(records, args.format, xll_scores.COLUMNS))
+    return 0
+
+
 def _registered_agent(name: str, rows: Sequence[Mapping[str, Any]]) -> registry.AgentSpec:
     """The agent's spec; for an agent known only from the store, say how to load it."""
     if name not in registry.AGENTS and any(r["agent"] == name for r in rows):
@@ -975,7 +1019,7 @@ def _cmd_merge(args) -> int:
         if not os.path.exists(path):
             raise store_lib.StoreError(f"merge input {path!r}: no such file")
         with store_lib.ResultsStore(path, create=False) as source:
-            sources.append((path, source.rows()))
+            sources.append((path, source.rows(predictive=True)))
     rows = [r for _, stored in sources for r in stored]
     if not os.path.exists(args.output) or os.path.getsize(args.output) == 0:
         store_lib.merge_plan(rows)  # refuse conflicts before the new store is made
@@ -996,7 +1040,7 @@ def _cmd_export(args) -> int:
 
 _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
              "compare": _cmd_compare, "plot": _cmd_plot, "correlate": _cmd_correlate,
-             "diagnose": _cmd_diagnose, "probe": _cmd_probe, "tal": _cmd_tal,
+             "diagnose": _cmd_diagnose, "probe": _cmd_probe, "tal": _cmd_tal, "xll": _cmd_xll,
              "merge": _cmd_merge,
              "export": _cmd_export,
              "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}

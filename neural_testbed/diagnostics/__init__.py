@@ -2,8 +2,8 @@
 reliability diagram), the aleatoric / epistemic split, rejection of
 out-of-distribution inputs, and uncertainty-probability diagrams with their
 average uncertainty divergence (Li & Zhu); on regression problems, posterior
-predictive correlations (Wang et al.) and probes of predictive uncertainty
-(Grover et al.)."""
+predictive correlations and the cross-normalized log-likelihood (Wang et al.),
+and probes of predictive uncertainty (Grover et al.)."""
 
 from neural_testbed.diagnostics.calibration import (
     accuracy,
@@ -43,6 +43,11 @@ from neural_testbed.diagnostics.report import (
     summarise_batch,
 )
 from neural_testbed.diagnostics.uncertainty import Split, covariances, split
+from neural_testbed.diagnostics.xll import (
+    Predictive,
+    cross_normalized_log_likelihood,
+    xll_and_xllr,
+)
 
 __all__ = [
     "CONDITIONS",
@@ -53,6 +58,7 @@ __all__ = [
     "UNCERTAINTIES",
     "Diagnostics",
     "Inputs",
+    "Predictive",
     "Split",
     "accuracy",
     "as_record",
@@ -61,6 +67,7 @@ __all__ = [
     "belief_inclusion",
     "binned_sums",
     "covariances",
+    "cross_normalized_log_likelihood",
     "diagram",
     "metacorrelation",
     "regression_diagnostics",
@@ -77,4 +84,5 @@ __all__ = [
     "summarise_batch",
     "uncertainty_increase",
     "uncertainty_reduction",
+    "xll_and_xllr",
 ]

@@ -6,6 +6,13 @@ the Q (Q - 1) / 2 pairs of probes, between those correlations and the exact
 posterior's. A single model has no predictive correlations (its samples do
 not vary): its metacorrelation is not applicable (NaN, stored as null), never 0.
 
+Beside it, from the same samples, the agent's Gaussian predictive of the
+targets at the probes (:class:`xll.Predictive`) and its XLL with the exact
+posterior as the reference (:mod:`neural_testbed.diagnostics.xll`). The XLL is
+of the targets, whose predictive covariance includes the known noise, so a
+single model has one: that of the identity correlation matrix (independent
+targets), the value any agent's correlations should beat.
+
 Reference: Wang et al., "Beyond marginal uncertainty: how accurately can
 Bayesian regression models estimate posterior predictive correlations?",
 section 3.
@@ -20,12 +27,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_testbed.diagnostics import xll
+
 __all__ = ["REGRESSION_METRICS", "RegressionDiagnostics", "as_regression_record",
            "metacorrelation", "metacorrelation_of_correlation", "regression_diagnostics",
            "sample_correlation"]
 
 # Scalars a regression row's diagnostics hold, by the names `leaderboard --metrics` takes.
-REGRESSION_METRICS = ("metacorrelation", "predictive_variance")
+REGRESSION_METRICS = ("metacorrelation", "predictive_variance", "xll")
 
 
 class RegressionDiagnostics(NamedTuple):
@@ -33,6 +42,8 @@ class RegressionDiagnostics(NamedTuple):
 
     metacorrelation: jax.Array  # NaN where the agent's samples do not vary
     predictive_variance: jax.Array  # mean over probes of the variance of f across samples
+    xll: jax.Array  # XLL of the probes' targets, the exact posterior the reference
+    predictive: xll.Predictive  # the agent's predictive at the probes (not a row metric)
 
 
 def sample_correlation(samples: jax.Array) -> jax.Array:
@@ -61,11 +72,21 @@ def metacorrelation_of_correlation(correlation: jax.Array,
     return jnp.sum(ours * theirs) / jnp.sqrt(jnp.sum(ours**2) * jnp.sum(theirs**2))
 
 
-def regression_diagnostics(samples: jax.Array,
+def regression_diagnostics(samples: jax.Array, belief: xll.Predictive, targets: jax.Array,
+                           reference_mean: jax.Array, reference_variance: jax.Array,
                            reference_correlation: jax.Array) -> RegressionDiagnostics:
-    """The diagnostics of belief samples ``[M, Q]`` at the probes."""
-    return RegressionDiagnostics(metacorrelation(samples, reference_correlation),
-                                 jnp.mean(jnp.var(samples, axis=0)))
+    """The diagnostics of belief samples ``[M, Q]`` at the probes and their predictive
+    ``belief``, against the exact posterior's mean, variance and correlations of f there
+    and the probes' noisy ``targets [Q]``."""
+    scale = jnp.sqrt(reference_variance)
+    reference_covariance = (reference_correlation * scale[:, None] * scale[None, :]
+                            + belief.noise_variance * jnp.eye(scale.shape[0]))
+    batch_size = min(xll.BATCH_SIZE, scale.shape[0])
+    return RegressionDiagnostics(
+        metacorrelation(samples, reference_correlation), jnp.mean(jnp.var(samples, axis=0)),
+        xll.cross_normalized_log_likelihood(targets, reference_mean, reference_covariance,
+                                            belief.covariance(), batch_size),
+        belief)
 
 
 def as_regression_record(diagnostics: RegressionDiagnostics,

@@ -52,13 +52,16 @@ RIDGE = 1e-4
 
 
 class GPEnvironment(NamedTuple):
-    """A sampled regression environment: ``f`` on the test pool, the noise, and the
-    exact posterior's correlations of ``f`` between the first Q pool inputs (the probes)."""
+    """A sampled regression environment: ``f`` on the test pool, the noise, and at the
+    first Q pool inputs (the probes) noisy targets and the exact posterior of ``f``."""
 
     pool_x: jax.Array  # [P, d]
     pool_f: jax.Array  # [P]
     noise_variance: jax.Array | float
-    probe_correlation: jax.Array  # [Q, Q]
+    probe_correlation: jax.Array  # [Q, Q] the exact posterior's correlations of f
+    probe_y: jax.Array  # [Q] f at the probes plus one draw of the noise (for XLL)
+    probe_mean: jax.Array  # [Q] the exact posterior's mean of f
+    probe_variance: jax.Array  # [Q] the exact posterior's variance of f
 
 
 def same_input(x1: jax.Array, x2: jax.Array) -> jax.Array:
@@ -111,10 +114,14 @@ def sample_test_data(key: jax.Array, env: GPEnvironment, num_test: int,
                             log_likelihood=gaussian_log_density(noise, env.noise_variance),
                             noise_variance=env.noise_variance,
                             probe_x=env.pool_x[:env.probe_correlation.shape[0]],
-                            probe_correlation=env.probe_correlation)
+                            probe_correlation=env.probe_correlation, probe_y=env.probe_y,
+                            probe_mean=env.probe_mean, probe_variance=env.probe_variance)
 
 
 PROBLEM_VERSION = 1
+# fold_in data for the noise on the probes' targets: a stream of its own, so adding
+# those targets left every other draw of a problem as it was.
+_PROBE_NOISE_STREAM = 2**31 - 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,10 +210,14 @@ class GPRegressionProblem:
         prior = base.RegressionPriorKnowledge(input_dim=self.input_dim,
                                               num_train=self.num_train, kernel=self.kernel,
                                               noise_variance=noise_variance)
-        pool_x = x[self.num_train:]
-        _, probe_cov = posterior_at(self.kernel, condition(self.kernel, data, noise_variance),
-                                    pool_x[:self.num_probes])
-        env = GPEnvironment(pool_x, f[self.num_train:], noise_variance, correlation(probe_cov))
+        pool_x, pool_f = x[self.num_train:], f[self.num_train:]
+        probe_mean, probe_cov = posterior_at(
+            self.kernel, condition(self.kernel, data, noise_variance), pool_x[:self.num_probes])
+        probe_noise = jnp.sqrt(noise_variance) * jax.random.normal(
+            jax.random.fold_in(key, _PROBE_NOISE_STREAM), (self.num_probes,))
+        env = GPEnvironment(pool_x, pool_f, noise_variance, correlation(probe_cov),
+                            probe_y=pool_f[:self.num_probes] + probe_noise,
+                            probe_mean=probe_mean, probe_variance=jnp.diag(probe_cov))
         return base.ProblemInstance(data, prior, env)
 
     def sample_test(self, key: jax.Array, env: GPEnvironment, tau: int) -> base.TestSamples:

@@ -22,6 +22,7 @@ import numpy as np
 from neural_testbed import base, diagnostics
 from neural_testbed.agents import host
 from neural_testbed.leaderboard import configs as configs_lib
+from neural_testbed.leaderboard import predictives
 from neural_testbed.likelihood import kl, regression
 
 __all__ = ["BatchRunner", "failed_rows", "run_batch"]
@@ -68,6 +69,8 @@ class BatchRunner:
             self._programs["train"] = train
         # Every evaluation at one tau sees the same test samples and belief samples.
         self.evaluations = kl.evaluations(template.taus, estimator)
+        # The evaluation whose rows keep a regression agent's predictive at the probes.
+        self._keeps_predictive = next(e for e in self.evaluations if e[0] == min(template.taus))
         for tau, tau_estimator in self.evaluations:
             if template.target == "regression":
                 evaluate_one = regression.make_regression_evaluator(
@@ -155,12 +158,20 @@ class BatchRunner:
             status, error = "failed", (
                 f"the {problem.metric} estimate is not finite ({values['kl']}): the agent gave "
                 "probability 0 to the observed labels of every test sample")
+        predictive = None
+        if (status == "ok" and (tau, estimator) == self._keeps_predictive
+                and isinstance(ev.diagnostics, diagnostics.RegressionDiagnostics)):
+            belief = ev.diagnostics.predictive
+            predictive = predictives.encode(np.asarray(belief.mean)[i],
+                                            np.asarray(belief.spread)[i],
+                                            np.asarray(belief.noise_variance)[i])
         return result_row(self.agent_name, self.config_hash, self.config_json, problem, tau,
                           estimator, self.agent_seed, **values,
                           num_clipped=int(np.asarray(ev.num_clipped)[i]),
                           train_seconds=train_seconds, compile_seconds=compile_seconds,
                           eval_seconds=eval_seconds, status=status, error=error,
-                          diagnostics=json.dumps(_record(ev.diagnostics, i)))
+                          diagnostics=json.dumps(_record(ev.diagnostics, i)),
+                          predictive=predictive)
 
 
 def _record(evaluation_diagnostics, i: int) -> dict:

@@ -35,6 +35,7 @@ __all__ = [
     "kl_by_setting",
     "score_agents",
     "score_candidates",
+    "tuned_candidates",
 ]
 
 TUNINGS = ("global", "per-setting")
@@ -461,6 +462,16 @@ def format_records(records: Sequence[Mapping[str, Any]], fmt: str = "table",
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def tuned_candidates(rows: Iterable[Mapping[str, Any]],
+                     problems: Mapping[str, Any]) -> dict[str, Candidate]:
+    """Each agent's globally tuned (agent, config hash, estimator, agent seed): the
+    candidate the default leaderboard reports (``tuning="global"``, ``selection="same"``)."""
+    scores, _, _ = _collect(rows, problems)
+    return {agent: _best([c for c in scores if c[0] == agent], scores, set(problems),
+                         _taus(problems))
+            for agent in sorted({c[0] for c in scores})}
 
 
 def score_candidates(

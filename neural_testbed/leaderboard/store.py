@@ -43,6 +43,11 @@ DEFAULT_DB = "neural_testbed_results.db"
 # and gains the column when it is next opened for writing.
 SCHEMA_VERSION = 3
 _ADDED_IN_3 = ("diagnostics", "TEXT")
+# Beside the rows, a table of regression agents' predictives at the probes (encoded
+# by leaderboard.predictives), one per row that keeps one, for `xll`: kept apart so
+# that reading rows never loads them. An addition any schema-3 reader ignores, so the
+# version stays 3; a writer creates the table in a store that lacks it.
+_PREDICTIVES = "predictives"
 
 
 class StoreError(Exception):
@@ -214,11 +219,15 @@ class ResultsStore:
             self._conn.execute("PRAGMA journal_mode = WAL")
             if new:
                 self._create_schema()
-            elif self._migrate:
-                self._add_diagnostics_column()
-            else:  # the file passed as ours: take and release the write lock once
-                self._conn.execute("BEGIN IMMEDIATE")
-                self._conn.execute("ROLLBACK")
+            else:
+                if self._migrate:
+                    self._add_diagnostics_column()
+                if not self._has_predictives():
+                    with self._transaction():
+                        self._create_predictives_table()
+                else:  # the file passed as ours: take and release the write lock once
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    self._conn.execute("ROLLBACK")
         except BaseException as error:
             conn = getattr(self, "_conn", None)
             if conn is not None:
@@ -263,15 +272,25 @@ class ResultsStore:
         with self._transaction():
             tables = {r[0] for r in self._conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables - {"meta", "results"}:  # another program wrote it meanwhile
+            if tables - {"meta", "results", _PREDICTIVES}:  # another program wrote it meanwhile
                 raise StoreError(
                     f"{self.path!r} is a SQLite database but not a neural-testbed results store")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._conn.execute(
                 f"CREATE TABLE IF NOT EXISTS results ({columns}, PRIMARY KEY ({', '.join(_KEY_COLUMNS)}))")
+            self._create_predictives_table()
             self._conn.executemany(
                 "INSERT OR IGNORE INTO meta VALUES (?, ?)",
                 [("schema_version", str(SCHEMA_VERSION)), ("created_by", _package_version())])
+
+    def _create_predictives_table(self) -> None:
+        keys = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS if name in _KEY_COLUMNS)
+        self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_PREDICTIVES} ({keys}, data BLOB NOT "
+                           f"NULL, PRIMARY KEY ({', '.join(_KEY_COLUMNS)}))")
+
+    def _has_predictives(self) -> bool:
+        return self._conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND "
+                                  "name=?", (_PREDICTIVES,)).fetchone()[0] > 0
 
     def _add_diagnostics_column(self) -> None:
         """Schema 2 -> 3: old rows keep a NULL ``diagnostics``."""
@@ -308,19 +327,42 @@ class ResultsStore:
         self.close()
 
     def write(self, results: Iterable[base.ProblemResult]) -> None:
-        """Writes rows in one transaction, replacing rows with the same key."""
+        """Writes rows in one transaction, replacing rows with the same key (and their
+        predictives: a replaced row keeps none unless it brings one)."""
         self._check_writer()
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         version = _package_version()
-        records = [
-            tuple({**r.as_dict(), "version": version, "timestamp": now}[c] for c in COLUMNS)
-            for r in results
-        ]
+        rows = [{**r.as_dict(), "version": version, "timestamp": now} for r in results]
         placeholders = ", ".join("?" * len(COLUMNS))
         with self._transaction():
             self._conn.executemany(
                 f"INSERT OR REPLACE INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders})",
-                records)
+                [tuple(r[c] for c in COLUMNS) for r in rows])
+            self._conn.executemany(
+                f"DELETE FROM {_PREDICTIVES} WHERE "
+                + " AND ".join(f"{c} = ?" for c in _KEY_COLUMNS),
+                [tuple(r[c] for c in _KEY_COLUMNS) for r in rows])
+            self._insert_predictives(rows, "INSERT")
+
+    def _insert_predictives(self, rows: Iterable[Mapping[str, Any]], verb: str) -> None:
+        columns = (*_KEY_COLUMNS, "data")
+        self._conn.executemany(
+            f"{verb} INTO {_PREDICTIVES} ({', '.join(columns)}) VALUES "
+            f"({', '.join('?' * len(columns))})",
+            [(*(r[c] for c in _KEY_COLUMNS), r["predictive"]) for r in rows
+             if r.get("predictive") is not None])
+
+    def predictives(self, agent: str, config_hash: str, estimator: str,
+                    agent_seed: int) -> dict[tuple[str, int, int, int], bytes]:
+        """An agent config's stored predictives (see :mod:`leaderboard.predictives`) by
+        (problem id, tau, N, M); empty for a store written before they were kept."""
+        if not self._has_predictives():
+            return {}
+        cursor = self._conn.execute(
+            f"SELECT problem_id, tau, num_test, num_samples, data FROM {_PREDICTIVES} WHERE "
+            "agent=? AND config_hash=? AND estimator=? AND agent_seed=?",
+            (agent, config_hash, estimator, agent_seed))
+        return {tuple(key): data for *key, data in cursor}
 
     def done(self, agent: str, config: Any, estimator: str, agent_seed: int,
              status: str | None = None) -> set[tuple[str, int, int, int]]:
@@ -333,8 +375,11 @@ class ResultsStore:
             args.append(status)
         return set(self._conn.execute(query, args))
 
-    def rows(self, agent: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
-        """All rows (optionally of one agent / status) as dicts, in a stable order."""
+    def rows(self, agent: str | None = None, status: str | None = None,
+             predictive: bool = False) -> list[dict[str, Any]]:
+        """All rows (optionally of one agent / status) as dicts, in a stable order; with
+        ``predictive=True`` each also has its stored ``predictive`` (bytes or None), for
+        :meth:`merge`."""
         query, args = "SELECT * FROM results", []
         conditions = []
         if agent is not None:
@@ -349,7 +394,14 @@ class ResultsStore:
         cursor = self._conn.execute(query, args)
         names = [d[0] for d in cursor.description]
         missing = {c: None for c in COLUMNS if c not in names}  # a schema-2 store, read-only
-        return [{**dict(zip(names, values)), **missing} for values in cursor]
+        rows = [{**dict(zip(names, values)), **missing} for values in cursor]
+        if predictive:
+            stored = {} if not self._has_predictives() else {
+                tuple(key): data for *key, data in self._conn.execute(
+                    f"SELECT {', '.join(_KEY_COLUMNS)}, data FROM {_PREDICTIVES}")}
+            for r in rows:
+                r["predictive"] = stored.get(tuple(r[c] for c in _KEY_COLUMNS))
+        return rows
 
     def merge(self, rows: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
         """Adds rows from another store; returns (added, exact duplicates skipped).
@@ -358,7 +410,8 @@ class ResultsStore:
         kl_stderr, accuracy, ece, status or error) is a conflict: nothing is
         written and a :class:`StoreError` lists the conflicting keys (see
         :func:`merge_plan`). Timings, timestamps and versions may differ
-        between duplicates.
+        between duplicates. A row's ``predictive`` (read with
+        ``rows(predictive=True)``) comes along, also to a duplicate that lacks one.
         """
         self._check_writer()
         added, duplicates = merge_plan(rows, self.rows())
@@ -367,10 +420,12 @@ class ResultsStore:
             self._conn.executemany(
                 f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders})",
                 [tuple(r.get(c) for c in COLUMNS) for r in added])
+            self._insert_predictives(rows, "INSERT OR IGNORE")
         return len(added), duplicates
 
     def to_csv(self, path: str, rows: Sequence[dict[str, Any]] | None = None) -> int:
-        """Writes every row (or ``rows``) to a CSV file; returns the row count."""
+        """Writes every row (or ``rows``) to a CSV file; returns the row count. The
+        predictives (binary, for ``xll``) are not exported."""
         rows = self.rows() if rows is None else rows
         with open(path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)

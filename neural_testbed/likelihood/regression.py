@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from neural_testbed import base, diagnostics
+from neural_testbed.diagnostics import xll
 from neural_testbed.likelihood.kl import Evaluation, _largest_divisor_at_most, clip_infinite_terms
 
 __all__ = [
@@ -98,7 +99,8 @@ def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_sample
     ``enn.apply`` gives one output per input, ``[n, 1]``: a belief sample's
     function value. Accuracy and ECE are NaN (no classes); the diagnostics
     are :class:`diagnostics.RegressionDiagnostics` from M belief samples at
-    the probe inputs.
+    the probe inputs: the metacorrelation, the XLL with the exact posterior as
+    the reference, and the agent's predictive there (stored for ``xll``).
     """
     for name, value in (("tau", tau), ("num_test", num_test), ("num_samples", num_samples)):
         if not isinstance(value, int) or value < 1:
@@ -123,8 +125,9 @@ def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_sample
         if test.x.shape[:2] != (num_test, tau) or test.y.shape != (num_test, tau):
             raise ValueError(f"test samples of shape x {test.x.shape}, y {test.y.shape}; "
                              f"expected ({num_test}, {tau}, d) and ({num_test}, {tau})")
-        if test.noise_variance is None or test.probe_x is None:
-            raise ValueError("regression test samples need noise_variance and probe inputs")
+        if test.noise_variance is None or test.probe_x is None or test.probe_y is None:
+            raise ValueError("regression test samples need noise_variance, probe inputs and "
+                             "the probes' targets")
         terms_key, probe_key = jax.random.split(key)
         keys = jax.random.split(terms_key, (num_test, num_samples))
 
@@ -145,12 +148,21 @@ def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_sample
         terms, num_clipped = clip_infinite_terms(terms)
         stderr = (jnp.std(terms, ddof=1) / jnp.sqrt(num_test) if num_test > 1
                   else jnp.zeros(()))
-        probes = sample(state, test.probe_x, jax.vmap(enn.sample_index)(
-            jax.random.split(probe_key, num_samples)))
+        indices = jax.vmap(enn.sample_index)(jax.random.split(probe_key, num_samples))
+        probes = sample(state, test.probe_x, indices)
+        if counted:  # the same draws as each member once, weighted by its count: a few rows
+            belief = xll.predictive(sample(state, test.probe_x, jnp.arange(enn.num_indices)),
+                                    jnp.bincount(indices, length=enn.num_indices)
+                                    / num_samples, test.noise_variance)
+        else:
+            belief = xll.predictive(probes, jnp.full(num_samples, 1 / num_samples),
+                                    test.noise_variance)
         nan = jnp.array(jnp.nan)
         return Evaluation(
             kl=jnp.mean(terms), kl_stderr=stderr, accuracy=nan, ece=nan,
             logits_valid=jnp.all(valid), num_clipped=num_clipped,
-            diagnostics=diagnostics.regression_diagnostics(probes, test.probe_correlation))
+            diagnostics=diagnostics.regression_diagnostics(
+                probes, belief, test.probe_y, test.probe_mean, test.probe_variance,
+                test.probe_correlation))
 
     return evaluate

@@ -65,3 +65,22 @@ def test_bad_settings_are_refused_with_the_value_and_what_is_allowed():
         dataclasses.replace(PROBLEM, kernel="rbf")
     with pytest.raises(ValueError, match="num_pool must be an integer >= 1, got 0"):
         dataclasses.replace(PROBLEM, num_pool=0)
+
+
+def test_the_probes_carry_noisy_targets_and_the_exact_posterior_there():
+    data, prior, env = PROBLEM.instance()
+    q = PROBLEM.num_probes
+    mean, cov = gp_regression.posterior_at(
+        "relu_nngp", gp_regression.condition("relu_nngp", data, prior.noise_variance),
+        env.pool_x[:q])
+    np.testing.assert_allclose(env.probe_mean, mean, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(env.probe_variance, np.diag(cov), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(env.probe_correlation, gp_regression.correlation(cov), atol=1e-3)
+    # The targets are f plus noise of the problem's variance: 100 draws, chi-square bounds
+    # at about 4 sigma (the mean of 100 squared standard normals has sd 0.14).
+    noise = np.asarray(env.probe_y) - np.asarray(env.pool_f[:q])
+    assert 0.45 < np.mean(noise**2) / 0.01 < 1.6
+    # A stream of its own: not the test samples' noise on the same inputs.
+    test = PROBLEM.sample_test(jax.random.key(3), env, 1)
+    assert not np.any(np.isin(np.asarray(test.y), np.asarray(env.probe_y)))
+    np.testing.assert_array_equal(test.probe_y, env.probe_y)

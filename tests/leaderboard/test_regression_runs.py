@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, cli, leaderboard
+from neural_testbed.leaderboard import predictives
 
 # regression-quick's d = 1 problems at a test size that runs in seconds: T = 1 and 10.
 PROBLEMS = [dataclasses.replace(p, num_test=200, num_samples=200, num_pool=200, num_probes=50,
@@ -34,7 +35,23 @@ def test_rows_carry_the_kl_and_the_metacorrelation_and_no_classification_metrics
         assert np.isnan(r.accuracy) and np.isnan(r.ece)
         record = json.loads(r.diagnostics)
         assert 0.9 < record["metacorrelation"] <= 1.0  # the exact posterior's own correlations
+        assert isinstance(record["xll"], float)
         assert r.temperature == 0.01  # the noise variance, regression's stratum coordinate
+
+
+def test_the_smallest_taus_row_keeps_the_agents_predictive_at_the_probes(oracle_rows):
+    """The stored mean is the M = 200 samples' mean: within 5 of its standard errors of the
+    exact posterior's; the stored covariance's diagonal is the sampled variance plus noise."""
+    assert all((r.predictive is not None) == (r.tau == 1) for r in oracle_rows)
+    for r in oracle_rows[::2]:
+        env = next(p for p in PROBLEMS if p.problem_id == r.problem_id).instance().env
+        moments = predictives.decode(r.predictive)
+        assert moments.mean.shape == (50,) and moments.covariance.shape == (50, 50)
+        stderr = np.sqrt(np.asarray(env.probe_variance) / 200)
+        assert np.all(np.abs(moments.mean - np.asarray(env.probe_mean)) < 5 * stderr + 1e-4)
+        sampled = np.diag(moments.covariance) - 0.01
+        np.testing.assert_allclose(sampled.mean(), json.loads(r.diagnostics)[
+            "predictive_variance"], rtol=1e-3)
 
 
 # 20 problems (d = 1, T in {3, 10}, 10 seeds each) at tau = 1, small N and M.
@@ -63,8 +80,11 @@ def test_no_agent_scores_significantly_below_the_exact_posterior(name):
     metacorrelations = [json.loads(r.diagnostics)["metacorrelation"] for r in rows]
     if name == "mlp":  # a single model has no predictive correlations
         assert all(m is None for m in metacorrelations)
+        assert all(len(r.predictive) < 200 for r in rows)  # one member: a factor of zeros
     else:
         assert all(isinstance(m, float) for m in metacorrelations)
+    # XLL is of the targets, whose correlations the noise defines for a single model too.
+    assert all(isinstance(json.loads(r.diagnostics)["xll"], float) for r in rows)
 
 
 def test_agents_are_refused_on_problems_they_are_not_built_for(tmp_path, capsys):

@@ -9,10 +9,11 @@ import sqlite3
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from neural_testbed import agents, leaderboard
-from neural_testbed.leaderboard import runner
+from neural_testbed.leaderboard import predictives, runner
 from neural_testbed.leaderboard import store as store_lib
 
 PROBLEMS = leaderboard.get_sweep("smoke")
@@ -217,11 +218,13 @@ def test_a_store_in_a_read_only_directory_is_refused_by_a_writer_and_read_by_a_r
 
 
 def _schema_2_store(path):
-    """A store as schema 2 wrote it: no diagnostics column, version 2 in meta."""
+    """A store as schema 2 wrote it: no diagnostics column, no predictives table, version 2
+    in meta."""
     with leaderboard.ResultsStore(path) as store:
         store.write([_result(list(PROBLEMS)[0], 1)])
     with sqlite3.connect(path) as conn:
         conn.execute("ALTER TABLE results DROP COLUMN diagnostics")
+        conn.execute("DROP TABLE predictives")
         conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
 
 
@@ -240,3 +243,43 @@ def test_a_schema_2_store_is_read_as_is_and_gains_diagnostics_when_written(tmp_p
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
             str(store_lib.SCHEMA_VERSION),)
+
+
+BLOB = predictives.encode(np.zeros(3), np.ones((1, 3)), 0.1)
+
+
+def test_predictives_live_beside_their_rows_and_travel_with_merge(tmp_path):
+    pid = list(PROBLEMS)[0]
+    with leaderboard.ResultsStore(tmp_path / "a.db") as store:
+        store.write([dataclasses.replace(_result(pid, 1), predictive=BLOB), _result(pid, 100)])
+        key = ("mlp", store_lib.config_hash("mlp", CONFIG), "auto", 0)
+        assert store.predictives(*key) == {(pid, 1, 1000, 1000): BLOB}
+        assert all("predictive" not in r for r in store.rows())  # rows never load them
+        assert [r["predictive"] for r in store.rows(predictive=True)] == [BLOB, None]
+        store.to_csv(tmp_path / "a.csv")
+        rows = store.rows(predictive=True)
+        with leaderboard.ResultsStore(tmp_path / "b.db") as other:
+            other.write([_result(pid, 1)])  # the same row, kept before predictives were
+            assert other.merge(rows) == (1, 1)
+            assert other.predictives(*key) == {(pid, 1, 1000, 1000): BLOB}
+        store.write([_result(pid, 1)])  # recomputed without one: the old one goes
+        assert store.predictives(*key) == {}
+    assert "predictive" not in (tmp_path / "a.csv").read_text().splitlines()[0]
+
+
+def test_a_store_without_the_predictives_table_has_none_and_gains_it_when_written(tmp_path):
+    path = tmp_path / "v3.db"
+    pid = list(PROBLEMS)[0]
+    with leaderboard.ResultsStore(path) as store:
+        store.write([_result(pid, 1)])
+    with sqlite3.connect(path) as conn:  # as schema 3 wrote it before predictives were kept
+        conn.execute("DROP TABLE predictives")
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    key = ("mlp", store_lib.config_hash("mlp", CONFIG), "auto", 0)
+    with leaderboard.ResultsStore(path, create=False) as store:
+        assert store.predictives(*key) == {}
+        assert [r["predictive"] for r in store.rows(predictive=True)] == [None]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    with leaderboard.ResultsStore(path) as store:
+        store.write([dataclasses.replace(_result(pid, 100), predictive=BLOB)])
+        assert store.predictives(*key) == {(pid, 100, 1000, 1000): BLOB}
