@@ -8,11 +8,14 @@ and a variance. Here it is meta-trained, inside ``train``, on functions drawn
 from the Gaussian process the agent is told about (``prior.kernel`` plus the
 environment's ridge), at inputs ``x ~ N(0, I_d)``, with the known noise
 variance: each step draws ``batch_size`` functions at ``C + num_targets``
-inputs, ``C = max(2 T, min_max_context)``, takes the first ``c ~ U{1..C}``
-pairs as the context and every pair as a target (as Garnelo et al. do), and
-takes an Adam step on the Gaussian negative log-likelihood of the targets.
-The context sizes reach 2 T so that the same CNP can be conditioned on up to
-T more points.
+inputs, ``C = 2 T`` clipped to ``[largest_context_at_least,
+largest_context_at_most]`` (20 to 200), takes the first ``c ~ U{1..C}`` pairs
+as the context and every pair as a target (as Garnelo et al. do), and takes
+an Adam step on the Gaussian negative log-likelihood of the targets. The
+context sizes reach 2 T so that T is mid-range and the same CNP can be
+conditioned on up to T more points; the cap bounds the cost (a factorisation
+of C + num_targets inputs per function) where T is large, and beyond it the
+mean over more pairs changes little.
 
 Meta-training depends on the key and the prior only, never on the training
 pairs: those are the context the trained state holds. Training again under the
@@ -61,13 +64,18 @@ class CNPConfig:
     num_steps: int = 4000  # Adam steps of meta-training
     learning_rate: float = 1e-3  # Adam step size
     batch_size: int = 16  # functions drawn from the prior per step
-    min_max_context: int = 20  # the largest context is max(2 T, this)
+    largest_context_at_least: int = 20  # the largest context is 2 T, at least this
+    largest_context_at_most: int = 200  # ... and at most this
     num_targets: int = 20  # inputs per function beyond the largest context
 
     def __post_init__(self):
-        for name in ("num_steps", "batch_size", "min_max_context", "num_targets"):
+        for name in ("num_steps", "batch_size", "largest_context_at_least", "num_targets"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.largest_context_at_most < self.largest_context_at_least:
+            raise ValueError(f"largest_context_at_most must be >= largest_context_at_least "
+                             f"({self.largest_context_at_least}), got "
+                             f"{self.largest_context_at_most!r}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         for name in ("encoder", "decoder"):
@@ -93,8 +101,9 @@ class CNPState:
 
 
 def max_context(config: CNPConfig, num_train: int) -> int:
-    """The largest context meta-training shows the CNP: ``max(2 T, min_max_context)``."""
-    return max(2 * num_train, config.min_max_context)
+    """The largest context meta-training shows the CNP: ``2 T`` within the config's bounds."""
+    return min(max(2 * num_train, config.largest_context_at_least),
+               config.largest_context_at_most)
 
 
 def init_cnp(key: jax.Array, input_dim: int, config: CNPConfig) -> CNPParams:

@@ -161,11 +161,14 @@ def test_bad_configs_are_refused_with_the_value_and_what_is_allowed():
         cnp.CNPConfig(learning_rate=-1)
     with pytest.raises(ValueError, match="num_steps must be an integer, got 2.5"):
         cnp.CNPConfig(num_steps=2.5)
+    with pytest.raises(ValueError, match=r"largest_context_at_most must be >= "
+                                         r"largest_context_at_least \(20\), got 10"):
+        cnp.CNPConfig(largest_context_at_most=10)
 
 
 def test_registered_for_regression_and_sized_by_its_largest_context():
     spec = agents.get_agent("cnp")
     assert spec.targets == ("regression",) and spec.default == cnp.CNPConfig()
     assert len(set(spec.sweep())) == len(spec.sweep()) == 4
-    assert cnp.max_context(cnp.CNPConfig(), 1) == 20
-    assert cnp.max_context(cnp.CNPConfig(), 100) == 200
+    assert [cnp.max_context(cnp.CNPConfig(), t) for t in (1, 10, 30, 100, 1000)] == [
+        20, 20, 60, 200, 200]
