@@ -13,9 +13,10 @@ largest_context_at_most]`` (20 to 200), takes the first ``c ~ U{1..C}`` pairs
 as the context and every pair as a target (as Garnelo et al. do), and takes
 an Adam step on the Gaussian negative log-likelihood of the targets. The
 context sizes reach 2 T so that T is mid-range and the same CNP can be
-conditioned on up to T more points; the cap bounds the cost (a factorisation
-of C + num_targets inputs per function) where T is large, and beyond it the
-mean over more pairs changes little.
+conditioned on up to T more points. The cap bounds the cost (a factorisation
+and two MLP passes over C + num_targets inputs per function) where T is large;
+above it (T > 200 by default) the CNP is conditioned on more pairs than it was
+trained on, which is untested.
 
 Meta-training depends on the key and the prior only, never on the training
 pairs: those are the context the trained state holds. Training again under the
@@ -50,8 +51,8 @@ from neural_testbed.generative import gp_regression
 __all__ = ["CNPConfig", "CNPParams", "CNPState", "cnp_sweep", "init_cnp", "make_cnp_agent",
            "max_context", "predict"]
 
-# Below this the decoder's variance of f is clipped (it is a softplus above it), so that
-# draws and log-densities stay finite.
+# A floor under the decoder's variance of f (this plus a softplus), so that draws and
+# log-densities stay finite.
 _MIN_VARIANCE = 1e-6
 
 
