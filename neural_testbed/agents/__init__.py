@@ -1,6 +1,7 @@
 """The agent zoo and its registry."""
 
 from neural_testbed.agents.bbb import BBBConfig, bbb_sweep, make_bbb_agent
+from neural_testbed.agents.cnp import CNPConfig, cnp_sweep, make_cnp_agent
 from neural_testbed.agents.deep_kernel import (
     DeepKernelConfig,
     deep_kernel_sweep,
@@ -15,6 +16,7 @@ from neural_testbed.agents.ensemble_plus import (
     make_ensemble_plus_agent,
 )
 from neural_testbed.agents.epinet import EpinetConfig, epinet_sweep, make_epinet_agent
+from neural_testbed.agents.gp import GPConfig, gp_sweep, make_gp_agent
 from neural_testbed.agents.hypermodel import (
     HypermodelConfig,
     hypermodel_sweep,
@@ -43,11 +45,13 @@ __all__ = [
     "AGENTS",
     "AgentSpec",
     "BBBConfig",
+    "CNPConfig",
     "DeepKernelConfig",
     "DropoutConfig",
     "EnsembleConfig",
     "EnsemblePlusConfig",
     "EpinetConfig",
+    "GPConfig",
     "HypermodelConfig",
     "KnnConfig",
     "LaplaceConfig",
@@ -55,6 +59,7 @@ __all__ = [
     "RandomForestConfig",
     "SGMCMCConfig",
     "bbb_sweep",
+    "cnp_sweep",
     "deep_kernel_sweep",
     "dropout_sweep",
     "ensemble_plus_prior_sweep",
@@ -62,15 +67,18 @@ __all__ = [
     "ensemble_sweep",
     "epinet_sweep",
     "get_agent",
+    "gp_sweep",
     "hypermodel_sweep",
     "knn_sweep",
     "laplace_sweep",
     "make_bbb_agent",
+    "make_cnp_agent",
     "make_deep_kernel_agent",
     "make_dropout_agent",
     "make_ensemble_agent",
     "make_ensemble_plus_agent",
     "make_epinet_agent",
+    "make_gp_agent",
     "make_hypermodel_agent",
     "make_knn_agent",
     "make_laplace_agent",

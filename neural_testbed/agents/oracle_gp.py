@@ -14,7 +14,6 @@ import dataclasses
 
 import flax.struct
 import jax
-import jax.numpy as jnp
 
 from neural_testbed import base
 from neural_testbed.generative import gp_regression
@@ -51,12 +50,7 @@ def make_oracle_gp_agent(config: OracleGPConfig = OracleGPConfig()) -> base.Agen
                              prior.kernel)
 
     def apply(state: OracleGPState, x: jax.Array, key: jax.Array) -> jax.Array:
-        mean, cov = posterior(state, x)
-        # A repeated input has a singular covariance: a square root by eigenvalues
-        # (clipped at 0) draws from it where a Cholesky factor would not exist.
-        values, vectors = jnp.linalg.eigh(cov)
-        root = vectors * jnp.sqrt(jnp.clip(values, 0.0))
-        return (mean + root @ jax.random.normal(key, (x.shape[0],)))[:, None]
+        return gp_regression.joint_sample(key, *posterior(state, x))[:, None]
 
     return base.Agent(train, base.ENN(apply, sample_index=lambda key: key))
 

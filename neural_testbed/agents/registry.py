@@ -17,11 +17,13 @@ from typing import Any
 from neural_testbed import base
 from neural_testbed.agents import (
     bbb,
+    cnp,
     deep_kernel,
     dropout,
     ensemble,
     ensemble_plus,
     epinet,
+    gp,
     hypermodel,
     knn,
     laplace,
@@ -160,6 +162,22 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=oracle_gp.oracle_gp_sweep,
         make=oracle_gp.make_oracle_gp_agent,
         description="regression only: the exact GP posterior, told the kernel and the noise",
+        targets=("regression",),
+    ),
+    "gp": AgentSpec(
+        config_type=gp.GPConfig,
+        default=gp.GPConfig(),
+        sweep=gp.gp_sweep,
+        make=gp.make_gp_agent,
+        description="regression only: a GP whose kernel (arc-cosine or RBF) is fitted by evidence",
+        targets=("regression",),
+    ),
+    "cnp": AgentSpec(
+        config_type=cnp.CNPConfig,
+        default=cnp.CNPConfig(),
+        sweep=cnp.cnp_sweep,
+        make=cnp.make_cnp_agent,
+        description="regression only: conditional neural process meta-trained on the GP prior",
         targets=("regression",),
     ),
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -34,9 +35,12 @@ __all__ = [
     "GPEnvironment",
     "GPRegressionProblem",
     "KERNELS",
+    "Kernel",
     "Posterior",
     "condition",
     "correlation",
+    "joint_sample",
+    "log_marginal_likelihood",
     "posterior_at",
     "prior_covariance",
     "same_input",
@@ -44,6 +48,11 @@ __all__ = [
 ]
 
 KERNELS = {"relu_nngp": kernels.relu_nngp_kernel}
+
+# A covariance function ``(x1 [n, d], x2 [m, d]) -> [n, m]``; where a kernel is
+# asked for, a name in KERNELS (the environment's) or such a function (an agent's
+# fitted kernel) is accepted.
+Kernel = Callable[[jax.Array, jax.Array], jax.Array]
 
 # Variance of an independent jitter on f at each distinct input, part of the
 # environment's definition (the oracle's prior includes it): it keeps the
@@ -69,9 +78,13 @@ def same_input(x1: jax.Array, x2: jax.Array) -> jax.Array:
     return jnp.all(x1[:, None, :] == x2[None, :, :], axis=-1).astype(x1.dtype)
 
 
-def prior_covariance(kernel: str, x1: jax.Array, x2: jax.Array) -> jax.Array:
-    """The environment's prior covariance of ``f``: the kernel plus the ridge."""
-    return KERNELS[kernel](x1, x2) + RIDGE * same_input(x1, x2)
+def _kernel_function(kernel: str | Kernel) -> Kernel:
+    return KERNELS[kernel] if isinstance(kernel, str) else kernel
+
+
+def prior_covariance(kernel: str | Kernel, x1: jax.Array, x2: jax.Array) -> jax.Array:
+    """The prior covariance of ``f``: the kernel plus the environment's ridge."""
+    return _kernel_function(kernel)(x1, x2) + RIDGE * same_input(x1, x2)
 
 
 class Posterior(NamedTuple):
@@ -82,18 +95,39 @@ class Posterior(NamedTuple):
     alpha: jax.Array  # [T] (K + ridge + noise)^-1 y
 
 
-def condition(kernel: str, data: base.Data, noise_variance) -> Posterior:
-    """The environment's Gaussian process conditioned on noisy training pairs."""
+def condition(kernel: str | Kernel, data: base.Data, noise_variance) -> Posterior:
+    """The Gaussian process of ``kernel`` (plus the ridge) conditioned on noisy
+    training pairs."""
     cov = prior_covariance(kernel, data.x, data.x)
     chol = jnp.linalg.cholesky(cov + noise_variance * jnp.eye(data.x.shape[0]))
     return Posterior(data.x, chol, jax.scipy.linalg.cho_solve((chol, True), data.y))
 
 
-def posterior_at(kernel: str, posterior: Posterior, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The posterior mean ``[n]`` and covariance ``[n, n]`` of ``f`` at inputs ``x [n, d]``."""
-    cross = KERNELS[kernel](x, posterior.x)  # [n, T]
+def posterior_at(kernel: str | Kernel, posterior: Posterior,
+                 x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The posterior mean ``[n]`` and covariance ``[n, n]`` of ``f`` at inputs ``x [n, d]``
+    (``kernel`` the one ``posterior`` was conditioned with)."""
+    cross = _kernel_function(kernel)(x, posterior.x)  # [n, T]
     v = jax.scipy.linalg.solve_triangular(posterior.chol, cross.T, lower=True)  # [T, n]
     return cross @ posterior.alpha, prior_covariance(kernel, x, x) - v.T @ v
+
+
+def log_marginal_likelihood(kernel: str | Kernel, data: base.Data, noise_variance) -> jax.Array:
+    """``log N(y; 0, K + ridge + noise_variance I)``, the evidence of the T pairs."""
+    posterior = condition(kernel, data, noise_variance)
+    return (-0.5 * jnp.dot(data.y, posterior.alpha) - jnp.sum(jnp.log(jnp.diag(posterior.chol)))
+            - 0.5 * data.y.shape[0] * jnp.log(2 * jnp.pi))
+
+
+def joint_sample(key: jax.Array, mean: jax.Array, cov: jax.Array) -> jax.Array:
+    """One draw ``[n]`` from ``N(mean, cov)``.
+
+    A repeated input has a singular covariance: a square root by eigenvalues
+    (clipped at 0) draws from it where a Cholesky factor would not exist.
+    """
+    values, vectors = jnp.linalg.eigh(cov)
+    root = vectors * jnp.sqrt(jnp.clip(values, 0.0))
+    return mean + root @ jax.random.normal(key, mean.shape)
 
 
 def correlation(cov: jax.Array) -> jax.Array:

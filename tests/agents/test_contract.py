@@ -17,11 +17,13 @@ import pytest
 from neural_testbed import agents, base, leaderboard
 from neural_testbed.agents import (
     bbb,
+    cnp,
     deep_kernel,
     dropout,
     ensemble,
     ensemble_plus,
     epinet,
+    gp,
     host,
     hypermodel,
     knn,
@@ -84,7 +86,12 @@ def test_every_built_in_agent_is_covered():
 # Regression agents on one regression-quick problem (d = 10, T = 10): one real output per input.
 REGRESSION_PROBLEM = leaderboard.get_sweep("regression-quick")["regression/60"]
 REGRESSION_SMALL = {"mlp": SMALL["mlp"][0], "ensemble": SMALL["ensemble"][0],
-                    "oracle_gp": oracle_gp.OracleGPConfig()}
+                    "oracle_gp": oracle_gp.OracleGPConfig(),
+                    "gp": gp.GPConfig(num_steps=20),
+                    "cnp": cnp.CNPConfig(num_steps=20, encoder=(16, 16), decoder=(16,))}
+# Agents whose index is a draw per call, not one function: the GPs' joint posterior draw at
+# the call's inputs, the CNP's independent draws at each of them.
+DRAW_PER_CALL = {"oracle_gp", "gp", "cnp"}
 
 
 @pytest.mark.parametrize("name", list(REGRESSION_SMALL))
@@ -101,10 +108,10 @@ def test_regression_agents_give_one_finite_value_per_input_and_repeat_their_samp
         assert values.shape == (n, 1) and values.dtype == jnp.float32, name
         assert np.all(np.isfinite(values)), name
         np.testing.assert_array_equal(values, apply(again, x, index), err_msg=name)
-    # The networks are one function per index; the oracle's index is one joint draw per
-    # call (the evaluator passes every input of a test sample in one call), so it is
-    # not checked input by input.
-    if name != "oracle_gp":
+    # The networks are one function per index; the others' index is a draw per call (the
+    # evaluator passes every input of a test sample in one call), so they are not checked
+    # input by input.
+    if name not in DRAW_PER_CALL:
         x = jax.random.normal(jax.random.key(4), (6, REGRESSION_PROBLEM.input_dim))
         together = apply(state, x, _index(agent, 5))
         alone = jnp.concatenate([apply(state, x[i:i + 1], _index(agent, 5)) for i in range(6)])

@@ -7,25 +7,74 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 
+from neural_testbed import base
 from neural_testbed.generative import gp_regression, kernels
 
 
-def test_kernel_is_the_covariance_of_a_wide_random_relu_network():
-    """Over H hidden units of w ~ N(0, I/d), b ~ N(0, 1/d), the mean of relu(u) relu(u')
-    is the kernel; tolerance: 4 standard errors of that mean, from the products themselves."""
+@pytest.mark.parametrize("weight_variance, bias_variance", [(1.0, 1.0), (2.0, 0.25)])
+def test_kernel_is_the_covariance_of_a_wide_random_relu_network(weight_variance, bias_variance):
+    """Over H hidden units of w ~ N(0, weight_variance I/d), b ~ N(0, bias_variance/d), the
+    mean of relu(u) relu(u') is the kernel (the defaults are the environment's (1, 1));
+    tolerance: 4 standard errors of that mean, from the products themselves."""
     d, width = 3, 200_000
     x = jax.random.normal(jax.random.key(0), (4, d)) * jnp.array([[0.5], [1.0], [2.0], [1.0]])
     w_key, b_key = jax.random.split(jax.random.key(1))
-    w = jax.random.normal(w_key, (d, width)) / np.sqrt(d)
-    b = jax.random.normal(b_key, (width,)) / np.sqrt(d)
+    w = jax.random.normal(w_key, (d, width)) * np.sqrt(weight_variance / d)
+    b = jax.random.normal(b_key, (width,)) * np.sqrt(bias_variance / d)
     h = np.asarray(jax.nn.relu(x @ w + b), np.float64)  # [4, H]
     products = h[:, None, :] * h[None, :, :]
     empirical, stderr = products.mean(-1), products.std(-1) / np.sqrt(width)
-    exact = np.asarray(kernels.relu_nngp_kernel(x, x))
+    exact = np.asarray(kernels.relu_nngp_kernel(x, x, weight_variance, bias_variance))
     assert np.all(np.abs(empirical - exact) < 4 * stderr), (empirical, exact, stderr)
-    np.testing.assert_allclose(np.diag(exact), (np.sum(np.asarray(x) ** 2, -1) + 1) / d / 2,
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        np.diag(exact), (weight_variance * np.sum(np.asarray(x) ** 2, -1) + bias_variance) / d / 2,
+        rtol=1e-5)
+    if (weight_variance, bias_variance) == (1.0, 1.0):
+        np.testing.assert_array_equal(exact, kernels.relu_nngp_kernel(x, x))
+
+
+def test_kernel_gradients_in_the_variances_are_finite_and_right_on_the_diagonal():
+    """Where x = x' (cos t = 1) the derivative through arccos would be 0 x inf; the kernel's
+    gradient there is finite and equals central finite differences (float64 via numpy)."""
+    x = jax.random.normal(jax.random.key(0), (5, 2))
+
+    def total(log_variances):
+        weight, bias = jnp.exp(log_variances)
+        return jnp.sum(kernels.relu_nngp_kernel(x, x, weight, bias))
+
+    point = jnp.array([0.3, -0.4])
+    grad = np.asarray(jax.grad(total)(point))
+    assert np.all(np.isfinite(grad))
+    step = 1e-2
+    for i in range(2):
+        e = np.zeros(2)
+        e[i] = step
+        numeric = (total(point + e) - total(point - e)) / (2 * step)
+        np.testing.assert_allclose(grad[i], numeric, rtol=1e-3)
+
+
+def test_rbf_kernel_is_its_formula():
+    x = jnp.array([[0.0, 0.0], [0.6, 0.8], [3.0, 4.0]])
+    k = np.asarray(kernels.rbf_kernel(x, x, signal_variance=2.0, lengthscale=1.0))
+    np.testing.assert_allclose(np.diag(k), 2.0, rtol=1e-6)
+    np.testing.assert_allclose(k[0, 1], 2.0 * np.exp(-0.5), rtol=1e-6)  # distance 1
+    np.testing.assert_allclose(k[0, 2], 2.0 * np.exp(-12.5), rtol=1e-4)  # distance 5
+    np.testing.assert_allclose(k, k.T)
+
+
+def test_log_marginal_likelihood_is_the_gaussian_density_of_the_targets():
+    x = jax.random.normal(jax.random.key(0), (6, 2))
+    y = jax.random.normal(jax.random.key(1), (6,))
+    cov = np.asarray(gp_regression.prior_covariance("relu_nngp", x, x), np.float64)
+    expected = stats.multivariate_normal(np.zeros(6), cov + 0.1 * np.eye(6)).logpdf(y)
+    value = gp_regression.log_marginal_likelihood("relu_nngp", base.Data(x, y), 0.1)
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
+    # A kernel function and the environment's name give the same numbers.
+    np.testing.assert_allclose(
+        gp_regression.log_marginal_likelihood(kernels.relu_nngp_kernel, base.Data(x, y), 0.1),
+        value, rtol=1e-6)
 
 
 PROBLEM = gp_regression.GPRegressionProblem("regression/0", input_dim=2, num_train=30, seed=0,

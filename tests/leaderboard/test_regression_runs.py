@@ -61,7 +61,7 @@ MANY = [dataclasses.replace(p, num_test=100, num_samples=100, num_pool=100, num_
         if p.input_dim == 1 and p.noise_variance == 0.01 and p.num_train in (3, 10)]
 
 
-@pytest.mark.parametrize("name", ["mlp", "ensemble"])
+@pytest.mark.parametrize("name", ["mlp", "ensemble", "gp"])
 def test_no_agent_scores_significantly_below_the_exact_posterior(name):
     """The oracle is best in expectation over the functions f, not on every f (an agent that
     happens to be confident and right on a flat f beats it there): over 20 problems, the mean
@@ -93,7 +93,8 @@ def test_agents_are_refused_on_problems_they_are_not_built_for(tmp_path, capsys)
                      "--db", str(db)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("neural-testbed: error: agent 'dropout' is not built for regression problems "
-                   "(it handles classification); agents for regression: ensemble, mlp, oracle_gp")
+                   "(it handles classification); agents for regression: cnp, ensemble, gp, mlp, "
+                   "oracle_gp")
     assert cli.main(["run", "--agent", "oracle_gp", "--sweep", "smoke", "--db", str(db)]) == 2
     assert "agent 'oracle_gp' is not built for classification problems" in capsys.readouterr().err
     assert cli.main(["run", "--agent", "mlp", "--sweep", "regression-quick", "--estimator",

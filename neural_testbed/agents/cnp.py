@@ -1,0 +1,199 @@
+"""A conditional neural process meta-trained on functions drawn from the problem's prior.
+
+A CNP (Garnelo et al., 2018) maps a context set of (x, y) pairs and a target
+input x* to a Gaussian prediction at x*: an encoder MLP embeds each pair, the
+embeddings are averaged into one representation r (so the prediction does not
+depend on the order of the context), and a decoder MLP maps (x*, r) to a mean
+and a variance. Here it is meta-trained, inside ``train``, on functions drawn
+from the Gaussian process the agent is told about (``prior.kernel`` plus the
+environment's ridge), at inputs ``x ~ N(0, I_d)``, with the known noise
+variance: each step draws ``batch_size`` functions at ``C + num_targets``
+inputs, ``C = 2 T`` clipped to ``[largest_context_at_least,
+largest_context_at_most]`` (20 to 200), takes the first ``c ~ U{1..C}`` pairs
+as the context and every pair as a target (as Garnelo et al. do), and takes
+an Adam step on the Gaussian negative log-likelihood of the targets. The
+context sizes reach 2 T so that T is mid-range and the same CNP can be
+conditioned on up to T more points. The cap bounds the cost (a factorisation
+and two MLP passes over C + num_targets inputs per function) where T is large;
+above it (T > 200 by default) the CNP is conditioned on more pairs than it was
+trained on, which is untested.
+
+Meta-training depends on the key and the prior only, never on the training
+pairs: those are the context the trained state holds. Training again under the
+same key and prior with more pairs is exactly conditioning the same CNP on
+more points.
+
+What the variance means: the decoder's variance is that of ``f(x*)``, not of
+``y``; the likelihood it is trained with adds the known noise variance, as
+every regression agent's does. So a belief sample is a draw of f without a
+``max(var_y - noise, floor)`` correction. A CNP has no joint predictive: its
+belief samples are independent normal draws at each input of a call (the
+index is a key), so its posterior predictive correlations, and its
+metacorrelation, are about 0.
+
+Reference: Garnelo et al., "Conditional neural processes", ICML 2018.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from neural_testbed import base, networks
+from neural_testbed.agents import validation
+from neural_testbed.generative import gp_regression
+
+__all__ = ["CNPConfig", "CNPParams", "CNPState", "cnp_sweep", "init_cnp", "make_cnp_agent",
+           "max_context", "predict"]
+
+# A floor under the decoder's variance of f (this plus a softplus), so that draws and
+# log-densities stay finite.
+_MIN_VARIANCE = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class CNPConfig:
+    """Hyperparameters of the cnp agent: its networks and its meta-training."""
+
+    encoder: tuple[int, ...] = (64, 64, 64)  # encoder widths, ReLU; the last is r's size
+    decoder: tuple[int, ...] = (64, 64)  # decoder hidden widths, ReLU; outputs mean, variance
+    num_steps: int = 4000  # Adam steps of meta-training
+    learning_rate: float = 1e-3  # Adam step size
+    batch_size: int = 16  # functions drawn from the prior per step
+    largest_context_at_least: int = 20  # the largest context is 2 T, at least this
+    largest_context_at_most: int = 200  # ... and at most this
+    num_targets: int = 20  # inputs per function beyond the largest context
+
+    def __post_init__(self):
+        for name in ("num_steps", "batch_size", "largest_context_at_least", "num_targets"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.largest_context_at_most < self.largest_context_at_least:
+            raise ValueError(f"largest_context_at_most must be >= largest_context_at_least "
+                             f"({self.largest_context_at_least}), got "
+                             f"{self.largest_context_at_most!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        for name in ("encoder", "decoder"):
+            widths = getattr(self, name)
+            if not widths or any(w < 1 for w in widths):
+                raise ValueError(f"{name} must be one or more widths >= 1, got {widths!r}")
+        validation.check_fields(self)
+
+
+class CNPParams(flax.struct.PyTreeNode):
+    """The two networks."""
+
+    encoder: networks.MLPParams  # (x, y) [d + 1] -> embedding [encoder[-1]]
+    decoder: networks.MLPParams  # (x*, r) [d + encoder[-1]] -> (mean, raw variance) [2]
+
+
+@flax.struct.dataclass
+class CNPState:
+    """The meta-trained networks and the context they are conditioned on."""
+
+    params: CNPParams
+    context: base.Data  # x [T, d], y [T]: the training pairs
+
+
+def max_context(config: CNPConfig, num_train: int) -> int:
+    """The largest context meta-training shows the CNP: ``2 T`` within the config's bounds."""
+    return min(max(2 * num_train, config.largest_context_at_least),
+               config.largest_context_at_most)
+
+
+def init_cnp(key: jax.Array, input_dim: int, config: CNPConfig) -> CNPParams:
+    """The untrained networks (fan-in scaled, as :func:`networks.init_mlp` draws them)."""
+    encoder_key, decoder_key = jax.random.split(key)
+    return CNPParams(
+        encoder=networks.init_mlp(encoder_key, input_dim + 1, config.encoder),
+        decoder=networks.init_mlp(decoder_key, input_dim + config.encoder[-1],
+                                  (*config.decoder, 2)))
+
+
+def _predict(params: CNPParams, context_x, context_y, weights, x):
+    """Mean and variance of f at ``x [n, d]`` given a context whose pairs count with
+    ``weights [c]`` (1 for a pair, 0 for padding) in the average."""
+    embeddings = networks.apply_mlp(params.encoder,
+                                    jnp.concatenate([context_x, context_y[:, None]], -1))
+    r = weights @ embeddings / jnp.sum(weights)  # [encoder[-1]]
+    out = networks.apply_mlp(params.decoder,
+                             jnp.concatenate([x, jnp.broadcast_to(r, (x.shape[0], r.size))], -1))
+    return out[:, 0], _MIN_VARIANCE + jax.nn.softplus(out[:, 1])
+
+
+def predict(state: CNPState, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The CNP's mean ``[n]`` and variance ``[n]`` of ``f`` at inputs ``x [n, d]``."""
+    context = state.context
+    return _predict(state.params, context.x, context.y, jnp.ones_like(context.y), x)
+
+
+def _sample_tasks(key: jax.Array, prior: base.RegressionPriorKnowledge, num_functions: int,
+                  num_points: int, largest_context: int):
+    """Functions from the prior at fresh inputs, noisy targets, and each one's context
+    weights (its first ``c ~ U{1..largest_context}`` pairs)."""
+    x_key, f_key, noise_key, size_key = jax.random.split(key, 4)
+    x = jax.random.normal(x_key, (num_functions, num_points, prior.input_dim))
+    # The environment's ridge, on the diagonal: where two float32 draws coincide (about
+    # one function in 10^4 at 40 inputs in d = 1), its same-input ridge would leave the
+    # covariance singular and the Cholesky factor NaN.
+    cov = (jax.vmap(lambda x: gp_regression.KERNELS[prior.kernel](x, x))(x)
+           + gp_regression.RIDGE * jnp.eye(num_points))
+    f = jnp.einsum("bij,bj->bi", jnp.linalg.cholesky(cov),
+                   jax.random.normal(f_key, (num_functions, num_points)))
+    y = f + jnp.sqrt(prior.noise_variance) * jax.random.normal(noise_key, f.shape)
+    sizes = jax.random.randint(size_key, (num_functions, 1), 1, largest_context + 1)
+    weights = (jnp.arange(num_points) < sizes).astype(x.dtype)  # [B, num_points]
+    return x, y, weights
+
+
+def make_cnp_agent(config: CNPConfig = CNPConfig()) -> base.Agent:
+    """Builds the cnp agent; its belief index is a PRNG key (independent draws per input).
+
+    Example:
+      >>> agent = make_cnp_agent(CNPConfig(num_steps=500))
+      >>> state = agent.train(jax.random.key(0), data, prior)  # meta-trains, then holds data
+      >>> mean, variance = predict(state, x)
+    """
+    optimizer = optax.adam(config.learning_rate)
+
+    def train(key: jax.Array, data: base.Data, prior: base.RegressionPriorKnowledge):
+        init_key, train_key = jax.random.split(key)
+        largest = max_context(config, prior.num_train)
+        num_points = largest + config.num_targets
+
+        def loss(params, tasks):
+            x, y, weights = tasks
+            mean, variance = jax.vmap(_predict, in_axes=(None, 0, 0, 0, 0))(
+                params, x, y, weights, x)
+            variance = variance + prior.noise_variance  # of y: f's plus the known noise
+            return jnp.mean(0.5 * (jnp.log(2 * jnp.pi * variance) + (y - mean) ** 2 / variance))
+
+        def step(carry, step_key):
+            params, opt_state = carry
+            tasks = _sample_tasks(step_key, prior, config.batch_size, num_points, largest)
+            grads = jax.grad(loss)(params, tasks)
+            updates, opt_state = optimizer.update(grads, opt_state)
+            return (optax.apply_updates(params, updates), opt_state), None
+
+        params = init_cnp(init_key, prior.input_dim, config)
+        (params, _), _ = jax.lax.scan(step, (params, optimizer.init(params)),
+                                      jax.random.split(train_key, config.num_steps))
+        return CNPState(params, data)
+
+    def apply(state: CNPState, x: jax.Array, key: jax.Array) -> jax.Array:
+        mean, variance = predict(state, x)
+        return (mean + jnp.sqrt(variance) * jax.random.normal(key, mean.shape))[:, None]
+
+    return base.Agent(train, base.ENN(apply, sample_index=lambda key: key))
+
+
+def cnp_sweep() -> tuple[CNPConfig, ...]:
+    """Meta-training length x network width (4 configs)."""
+    return tuple(CNPConfig(num_steps=steps, encoder=(width,) * 3, decoder=(width,) * 2)
+                 for steps, width in itertools.product((4000, 10000), (64, 128)))
