@@ -81,10 +81,14 @@ def test_every_built_in_agent_is_covered():
     assert set(REGRESSION_SMALL) == by_target["regression"]
 
 
-# Regression agents on one regression-quick problem (d = 10, T = 10): one real output per input.
+# Regression agents on one regression-quick problem (d = 10, T = 10): one real output per
+# input. The networks' small configs are their classification ones.
 REGRESSION_PROBLEM = leaderboard.get_sweep("regression-quick")["regression/60"]
-REGRESSION_SMALL = {"mlp": SMALL["mlp"][0], "ensemble": SMALL["ensemble"][0],
-                    "oracle_gp": oracle_gp.OracleGPConfig()}
+REGRESSION_SMALL = {
+    **{name: SMALL[name][0] for name in ("mlp", "ensemble", "ensemble+", "hypermodel", "epinet",
+                                         "dropout", "bbb", "sgmcmc")},
+    "oracle_gp": oracle_gp.OracleGPConfig(),
+}
 
 
 @pytest.mark.parametrize("name", list(REGRESSION_SMALL))
