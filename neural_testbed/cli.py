@@ -432,7 +432,7 @@ def _compute(args, configs: Sequence[Any], announce: str,
     problems = list(_sweep_problems(args).values()) if problems is None else list(problems)
     sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
                             workers=args.workers, backend=args.backend, estimator=args.estimator)
-    sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator)
+    sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator, configs)
     shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)

@@ -18,6 +18,14 @@ The posterior starts with the means of a freshly initialised MLP (fan-in
 scaled weights, zero biases) and stddev ``init_stddev`` everywhere, as in the
 reference testbed; ``docs/differences.md`` lists what still differs.
 
+On regression problems the network has one output, ``f(x)``, and in place of
+the cross-entropy is the Gaussian negative log-likelihood
+``-log N(y; f(x), noise_variance)`` with the known noise, up to its constant
+(:func:`training.data_loss`); the adaptive ``c`` is ``d`` alone, the
+temperature being 1 there (:func:`training.temperature`) since the noise
+variance is already in the data term. With ``c = 1`` the loss estimates the
+negative ELBO divided by T, up to that constant.
+
 A posterior sample is one network: the ENN index is the key of its weight
 noise ``eps``, drawn once for all inputs of a call.
 
@@ -181,22 +189,24 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
       Blundell et al., "Weight uncertainty in neural networks", ICML 2015.
     """
 
-    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> Posterior:
+    def train(key: jax.Array, data: base.Data,
+              prior: base.PriorKnowledge | base.RegressionPriorKnowledge) -> Posterior:
         init_key, train_key = jax.random.split(key)
-        mean = networks.init_mlp(init_key, prior.input_dim, (*config.hidden, prior.num_classes))
+        mean = networks.init_mlp(
+            init_key, prior.input_dim, (*config.hidden, training.output_size(prior)))
         rho0 = _inverse_softplus(config.init_stddev)
         posterior = Posterior(mean, jax.tree.map(lambda m: jnp.full_like(m, rho0), mean))
         kl_weight = 1.0 / prior.num_train
         if config.adaptive_weight_scale:
-            kl_weight = kl_weight * prior.input_dim * jnp.sqrt(prior.temperature)
+            kl_weight = kl_weight * prior.input_dim * jnp.sqrt(training.temperature(prior))
 
         def loss_fn(key, posterior, batch):
             stddev = jax.tree.map(jax.nn.softplus, posterior.rho)
 
             def one_draw(draw_key):
                 weights = sample_weights(draw_key, posterior)
-                logits = networks.apply_mlp(weights, batch.x)  # [batch, num_classes]
-                nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
+                outputs = networks.apply_mlp(weights, batch.x)  # [batch, K] or [batch, 1]
+                nll = training.data_loss(outputs, batch.y, prior).mean()
                 if config.weight_prior == "gaussian":
                     return nll, jnp.zeros(())
                 return nll, scale_mixture_kl_estimate(

@@ -13,6 +13,14 @@ Weight decay follows Gal's formula ``l^2 (1 - p) / (2 T)`` for a prior length
 scale ``l``, or, with ``adaptive_weight_scale`` (the testbed's default),
 ``l * d * sqrt(temperature) / T`` as for the mlp agent.
 
+On regression problems the network has one output, the function value, and
+the data term is the Gaussian negative log-likelihood with the known noise
+variance (:func:`training.data_loss`). Gal's regression objective divides his
+decay by the model precision ``1 / noise_variance`` because his data term is
+the squared error; ours is already divided by the noise variance, so the same
+``l^2 (1 - p) / (2 T)`` is his decay on our scale. The adaptive decay drops
+the temperature (``l * d / T``), as :func:`training.weight_decay_scale` does.
+
 Reference:
   Y. Gal and Z. Ghahramani, "Dropout as a Bayesian approximation:
   Representing model uncertainty in deep learning", ICML 2016.
@@ -25,7 +33,6 @@ import itertools
 from collections.abc import Sequence
 
 import jax
-import optax
 
 from neural_testbed import base, networks
 from neural_testbed.agents import training, validation
@@ -101,12 +108,15 @@ def _apply_with_masks(
         x = x @ layer["w"] + layer["b"]
         if i < len(params) - 1:
             x = jax.nn.relu(x)
-    return x  # [n, num_classes]
+    return x  # [n, num_classes], or [n, 1] on regression
 
 
-def _weight_decay(config: DropoutConfig, prior: base.PriorKnowledge) -> jax.Array:
+def _weight_decay(
+    config: DropoutConfig, prior: base.PriorKnowledge | base.RegressionPriorKnowledge
+) -> jax.Array:
     """The L2 scale s (loss += s |params|^2): Gal's ``l^2 (1 - p) / (2 T)``, or
-    ``l * d * sqrt(temperature) / T`` when ``adaptive_weight_scale``."""
+    ``l * d * sqrt(temperature) / T`` when ``adaptive_weight_scale`` (``l * d / T``
+    on regression)."""
     if config.adaptive_weight_scale:
         return training.weight_decay_scale(config.length_scale, prior, True)
     gal = config.length_scale**2 * (1.0 - config.dropout_rate) / 2.0
@@ -128,11 +138,12 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
     def masks_for(key, params, batch_shape):
         return _draw_masks(key, params, config.dropout_rate, config.dropout_input, batch_shape)
 
-    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge):
+    def train(key: jax.Array, data: base.Data,
+              prior: base.PriorKnowledge | base.RegressionPriorKnowledge):
         init_key, train_key = jax.random.split(key)
         # A nonzero first-layer bias, like the reference's dropout network.
         params = networks.init_mlp(
-            init_key, prior.input_dim, (*config.hidden, prior.num_classes),
+            init_key, prior.input_dim, (*config.hidden, training.output_size(prior)),
             first_bias_stddev=1.0 / prior.input_dim**0.5,
         )
         scale = _weight_decay(config, prior)
@@ -140,8 +151,8 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
 
         def loss_fn(key, params, batch):
             masks = masks_for(key, params, (batch.x.shape[0],))  # one mask per example
-            logits = _apply_with_masks(params, batch.x, masks)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
+            outputs = _apply_with_masks(params, batch.x, masks)
+            return training.data_loss(outputs, batch.y, prior).mean()
 
         params, _ = training.train_minibatch(
             train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size

@@ -15,6 +15,19 @@ D.3): the environment's MLP (the default), a random linear function of the
 input, or a random linear function of a 2-d latent, the mean of a VAE encoder
 fitted to the agent's training inputs. No prior at all is ``prior_scale=0``.
 
+On regression problems each member has one output, the function value, and is
+trained on the Gaussian negative log-likelihood with the known noise
+(:func:`training.data_loss`). The environment's "network" is then the
+infinitely wide one-hidden-layer ReLU network of the problem's kernel, so the
+``"environment"`` prior is a finite draw of it (:func:`kernels.sample_relu_network`,
+width :data:`REGRESSION_PRIOR_WIDTH`), whose covariance over members is exactly
+the kernel's; the temperature in the prior's scale is 1 there
+(:func:`training.temperature`), so ``prior_scale=1`` draws prior functions
+exactly like the environment's ``f``. The ``"vae"`` prior is refused on
+regression (:func:`check_target`): it reads a 2-d summary of the inputs, which
+helps where inputs lie near a low-dimensional set (images), while these inputs
+are N(0, I_d) with no such structure and the function prior is known.
+
 As in the reference testbed, the trained members start with a nonzero
 first-layer bias, where the ensemble agent's start at zero; this bias is all
 that separates ``prior_scale=0, bootstrap="none"`` from the ensemble agent of
@@ -32,6 +45,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import typing
 from typing import Literal, NamedTuple
@@ -42,6 +56,7 @@ import optax
 from jax.scipy.special import ndtr, ndtri
 
 from neural_testbed import base, networks
+from neural_testbed.generative import kernels
 from neural_testbed.agents import ensembling, training, validation
 from neural_testbed.agents.ensembling import Bootstrap, TemperatureScaling
 
@@ -51,7 +66,9 @@ __all__ = [
     "PriorFunction",
     "VAEDecoder",
     "VAEParams",
+    "REGRESSION_PRIOR_WIDTH",
     "bootstrap_weights",
+    "check_target",
     "ensemble_plus_prior_sweep",
     "ensemble_plus_sweep",
     "init_trained_members",
@@ -74,6 +91,10 @@ VAE_LATENT_DIM = 2
 VAE_LEARNING_RATE = 1e-3
 VAE_BATCH_SIZE = 100  # training sets up to this size are used whole at every step
 
+# Hidden units of the "environment" prior on regression problems, a finite draw of the
+# kernel's network (any width has the kernel's covariance): the classification environment's.
+REGRESSION_PRIOR_WIDTH = 50
+
 
 @dataclasses.dataclass(frozen=True)
 class EnsemblePlusConfig:
@@ -90,11 +111,12 @@ class EnsemblePlusConfig:
     l2_weight_decay: float = 1.0  # lambda; loss += lambda / (num_ensemble * T) * |params|^2
     adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
     # Each member's fixed prior p_m (Figure 7; its "none" is prior_scale=0, not a value here):
-    # "environment": an MLP drawn exactly like the environment's (widths prior.env_hidden);
+    # "environment": an MLP drawn exactly like the environment's (widths prior.env_hidden;
+    #   on regression, a finite draw of the kernel's network, see the module docstring);
     # "linear": w_m . x, one layer drawn like the environment's output layer (fan-in
     #   truncated-normal weights, zero bias), appendix D.3's best MLP prior on real data;
     # "vae": w_m . mu(x), the same kind of layer (fan-in 2) on the 2-d latent mean mu of a
-    #   VAE encoder that train fits to the T training inputs.
+    #   VAE encoder that train fits to the T training inputs (classification only).
     prior_function: PriorFunction = "environment"
     vae_steps: int = 10_000  # "vae": Adam steps (lr 1e-3) on the negative ELBO
     vae_decoder: VAEDecoder = "gaussian"  # "vae": unit-variance Gaussian; "bernoulli": x in [0, 1]
@@ -107,6 +129,15 @@ class EnsemblePlusConfig:
             raise ValueError(f"vae_steps must be >= 1, got {self.vae_steps!r}")
         # Then the rules every agent shares: field types, finite floats.
         validation.check_fields(self)
+
+
+def check_target(config: EnsemblePlusConfig, target: str) -> None:
+    """Refuses, in one line, a config that cannot run on ``target`` problems: the VAE
+    prior on regression (see the module docstring)."""
+    if target == "regression" and config.prior_function == "vae":
+        raise ValueError("ensemble+ prior_function='vae' is for classification only (it reads "
+                         "a 2-d VAE summary of the inputs; regression inputs are N(0, I)); on "
+                         "regression use 'environment' or 'linear', or prior_scale=0 for none")
 
 
 def bootstrap_weights(
@@ -242,7 +273,10 @@ class EnsemblePlusState(NamedTuple):
 
 
 def _draw_priors(
-    key: jax.Array, config: EnsemblePlusConfig, prior: base.PriorKnowledge, x: jax.Array
+    key: jax.Array,
+    config: EnsemblePlusConfig,
+    prior: base.PriorKnowledge | base.RegressionPriorKnowledge,
+    x: jax.Array,
 ) -> tuple[networks.MLPParams, networks.MLPParams | None]:
     """Draws the members' prior functions; for ``"vae"``, first fits the encoder to ``x``.
 
@@ -250,7 +284,14 @@ def _draw_priors(
       The priors' parameters, leading ``[num_ensemble]`` axis, and the encoder
       whose output they read (None: they read x).
     """
-    members, d, k = config.num_ensemble, prior.input_dim, prior.num_classes
+    members, d, k = config.num_ensemble, prior.input_dim, training.output_size(prior)
+    if config.prior_function == "environment" and training.is_regression(prior):
+        if prior.kernel != "relu_nngp":
+            raise ValueError(f"ensemble+ prior_function='environment' draws networks of the "
+                             f"'relu_nngp' kernel, got kernel {prior.kernel!r}")
+        draw = functools.partial(
+            kernels.sample_relu_network, input_dim=d, width=REGRESSION_PRIOR_WIDTH)
+        return jax.vmap(draw)(jax.random.split(key, members)), None
     if config.prior_function == "environment":
         params = ensembling.init_members(
             key, members, d, (*prior.env_hidden, k), first_bias_stddev=1.0 / d**0.5
@@ -277,7 +318,8 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
     like the environment's network: same widths, same initialisation), ``s``
     from :func:`ensembling.prior_function_scale`. The loss is the
     mean over members and minibatch points of the bootstrap-weighted
-    cross-entropy, plus the ensemble agent's weight decay (on ``f`` only).
+    cross-entropy (on regression, :func:`training.data_loss`'s Gaussian one),
+    plus the ensemble agent's weight decay (on ``f`` only).
 
     Example:
       >>> agent = make_ensemble_plus_agent(EnsemblePlusConfig(num_ensemble=10))
@@ -286,21 +328,25 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
     """
 
     def train(
-        key: jax.Array, data: base.Data, prior: base.PriorKnowledge
+        key: jax.Array, data: base.Data,
+        prior: base.PriorKnowledge | base.RegressionPriorKnowledge,
     ) -> EnsemblePlusState:
+        if training.is_regression(prior):
+            check_target(config, "regression")
         keys = ensembling.split_keys(key)
         num_train = data.x.shape[0]
         params = init_trained_members(
-            keys.init, config.num_ensemble, prior.input_dim, (*config.hidden, prior.num_classes)
+            keys.init, config.num_ensemble, prior.input_dim,
+            (*config.hidden, training.output_size(prior)),
         )
         prior_params, encoder = _draw_priors(keys.prior, config, prior, data.x)
         scale = ensembling.prior_function_scale(
-            config.prior_scale, prior.temperature, config.temperature_scaling
+            config.prior_scale, training.temperature(prior), config.temperature_scaling
         )
         # The priors are fixed, so their logits at the training inputs are computed once.
         prior_logits = scale * ensembling.apply_members(
             prior_params, _prior_inputs(encoder, data.x)
-        )  # [members, T, K]
+        )  # [members, T, K] (K = 1 on regression)
         weights = bootstrap_weights(
             keys.bootstrap, config.bootstrap, config.num_ensemble, num_train
         )  # [num_ensemble, T]
@@ -313,8 +359,8 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
             del key  # deterministic networks
             ids = batch.x  # [batch] ids of the drawn training points
             logits = ensembling.apply_members(params, data.x[ids]) + prior_logits[:, ids]
-            xent = ensembling.member_cross_entropy(logits, batch.y)  # [num_ensemble, batch]
-            return (weights[:, ids] * xent).mean()
+            losses = training.data_loss(logits, batch.y, prior)  # [num_ensemble, batch]
+            return (weights[:, ids] * losses).mean()
 
         # Minibatches are drawn over point ids, so that the loss can look up each
         # drawn point's prior logits and bootstrap weights (same draws as ensemble).

@@ -2,10 +2,9 @@
 
 - Member stacks: ``num_members`` MLPs as one pytree whose leaves have a
   leading ``[num_members]`` axis (:func:`init_members`, :func:`apply_members`,
-  :func:`select_member`, :func:`member_cross_entropy`), and the layout of an
-  ensemble agent's training key (:func:`split_keys`), which ensemble and
-  ensemble+ share so that ensemble+ without prior or bootstrap draws the
-  ensemble's weights.
+  :func:`select_member`), and the layout of an ensemble agent's training key
+  (:func:`split_keys`), which ensemble and ensemble+ share so that ensemble+
+  without prior or bootstrap draws the ensemble's weights.
 - Randomised prior functions: the scale of a fixed random network added to a
   trained one (:func:`prior_function_scale`), as in ensemble+ and the
   hypermodel's additive prior.
@@ -27,7 +26,6 @@ from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from neural_testbed import networks
 
@@ -40,7 +38,6 @@ __all__ = [
     "check_num_ensemble",
     "check_prior_options",
     "init_members",
-    "member_cross_entropy",
     "prior_function_scale",
     "select_member",
     "split_keys",
@@ -106,12 +103,6 @@ def apply_members(params: networks.MLPParams, x: jax.Array) -> jax.Array:
 def select_member(params: networks.MLPParams, index: jax.Array) -> networks.MLPParams:
     """The parameters of member ``index`` (an int32 scalar, possibly traced)."""
     return jax.tree.map(lambda leaf: leaf[index], params)
-
-
-def member_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Softmax cross-entropy of every member: ``[M, n, K], [n] -> [M, n]``."""
-    labels = jnp.broadcast_to(labels, logits.shape[:-1])
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
 # Randomised prior functions and bootstrap options.

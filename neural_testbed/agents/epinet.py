@@ -18,10 +18,17 @@ an index-dependent correction::
   epinet's own form (off by default, as in the reference).
 
 The loss is the cross-entropy averaged over the minibatch and over
-``num_index_samples`` fresh indices per step (8, as many as ``D``), plus L2 decay ``lambda (d / T)^0.7 |params|^2`` on the base
-and the learnable epinet (never on a prior). The architecture, defaults and
-decay follow the reference testbed's epinet factory over the ENN library's MLP
-epinet; ``docs/differences.md`` ("epinet") lists what differs.
+``num_index_samples`` fresh indices per step (8, as many as ``D``), plus L2
+decay ``lambda (d / T)^0.7 |params|^2`` on the base and the learnable epinet
+(never on a prior). The architecture, defaults and decay follow the reference
+testbed's epinet factory over the ENN library's MLP epinet;
+``docs/differences.md`` ("epinet") lists what differs.
+
+On regression problems ``K = 1`` (the function value), the cross-entropy's
+place is taken by the Gaussian negative log-likelihood with the known noise
+(:func:`training.data_loss`), and the prior's scale is ``prior_scale`` alone:
+the temperature is 1 there (:func:`training.temperature`), the noise variance
+being in the data term. The decay has no temperature in either case.
 
 References:
   Osband, Wen, Asghari, Dwaracherla, Ibrahimi, Lu and Van Roy, "Epistemic
@@ -38,7 +45,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from neural_testbed import base, networks
 from neural_testbed.agents import ensembling, training, validation
@@ -185,10 +191,11 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
             out = out + epinet_prior_scale * _project(state.prior_epinet, features, z)
         return out
 
-    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> EpinetState:
+    def train(key: jax.Array, data: base.Data,
+              prior: base.PriorKnowledge | base.RegressionPriorKnowledge) -> EpinetState:
         base_key, epinet_key, members_key, prior_epinet_key, train_key = jax.random.split(key, 5)
         num_train, input_dim = data.x.shape
-        num_classes = prior.num_classes
+        num_classes = training.output_size(prior)  # K; 1 on regression
         feature_dim = input_dim + config.hidden[-1]
         params = _Trained(
             base=networks.init_mlp(base_key, input_dim, (*config.hidden, num_classes)),
@@ -200,7 +207,7 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
         prior_members = ensembling.init_members(
             members_key, index_dim, input_dim, (*config.prior_hidden, num_classes))
         scale = ensembling.prior_function_scale(
-            config.prior_scale, prior.temperature, config.temperature_scaling)
+            config.prior_scale, training.temperature(prior), config.temperature_scaling)
         fixed = EpinetState(params.base, params.epinet, prior_epinet, prior_members, scale)
         optimizer = training.adam_with_l2(
             config.learning_rate, l2_scale(config.l2_weight_decay, num_train, input_dim))
@@ -214,7 +221,7 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
                 # batched by the vmap below: it is computed once per step.
                 prior_logits = jax.lax.stop_gradient(fixed_priors(fixed, batch.x, features, z))
                 out = logits + _project(params.epinet, features, z) + prior_logits
-                return optax.softmax_cross_entropy_with_integer_labels(out, batch.y).mean()
+                return training.data_loss(out, batch.y, prior).mean()
 
             return jax.vmap(index_loss)(zs).mean()
 

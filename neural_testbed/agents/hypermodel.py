@@ -10,6 +10,12 @@ whose layers is driven by its own slice of the index, so that networks of
 different indices keep disagreeing away from the data. The loss averages the
 cross-entropy over many indices sampled at each step.
 
+On regression problems the generated MLP and the prior have one output, the
+function value, and the cross-entropy's place is taken by the Gaussian
+negative log-likelihood with the known noise (:func:`training.data_loss`); the
+temperature in the prior's scale and in the adaptive decay is 1 there
+(:func:`training.temperature`), the noise variance being in the data term.
+
 Both hypermodels are initialised as in the reference testbed (its hypermodel
 factory over the ENN library's ``MLPHypermodelPriorIndependentLayers``);
 ``docs/differences.md`` lists what still differs.
@@ -31,7 +37,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.scipy.special import log_ndtr
 
 from neural_testbed import base, networks
@@ -93,7 +98,7 @@ class LinearHypermodel(NamedTuple):
 class HypermodelState(NamedTuple):
     """A trained hypermodel agent."""
 
-    params: LinearHypermodel  # trained, over an MLP of widths (*hidden, K)
+    params: LinearHypermodel  # trained, over an MLP of widths (*hidden, K); K = 1 on regression
     prior_params: LinearHypermodel  # fixed, never trained, over (*prior_hidden, K); b = 0
     prior_scale: jax.Array  # float32 scalar, from ensembling.prior_function_scale
 
@@ -228,7 +233,8 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
     are trained from :func:`init_linear_hypermodel`, ``a'`` is the fixed
     draw of :func:`init_prior_hypermodel`, and ``s`` is from
     :func:`ensembling.prior_function_scale`. At each step the loss is the
-    bootstrap-weighted cross-entropy averaged over the minibatch and over
+    bootstrap-weighted cross-entropy (on regression, :func:`training.data_loss`'s
+    Gaussian one) averaged over the minibatch and over
     ``num_index_samples`` fresh indices, plus ``lambda / T`` weight decay on
     ``a, b`` (times ``d * sqrt(temperature)`` if adaptive).
 
@@ -239,17 +245,19 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
     """
     index_dim = config.index_dim
 
-    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> HypermodelState:
+    def train(key: jax.Array, data: base.Data,
+              prior: base.PriorKnowledge | base.RegressionPriorKnowledge) -> HypermodelState:
         init_key, train_key, prior_key, bootstrap_key = jax.random.split(key, 4)
         num_train = data.x.shape[0]
+        num_outputs = training.output_size(prior)
         params = init_linear_hypermodel(
-            init_key, prior.input_dim, (*config.hidden, prior.num_classes), index_dim
+            init_key, prior.input_dim, (*config.hidden, num_outputs), index_dim
         )
         prior_params = init_prior_hypermodel(
-            prior_key, prior.input_dim, (*config.prior_hidden, prior.num_classes), index_dim
+            prior_key, prior.input_dim, (*config.prior_hidden, num_outputs), index_dim
         )
         scale = ensembling.prior_function_scale(
-            config.prior_scale, prior.temperature, config.temperature_scaling
+            config.prior_scale, training.temperature(prior), config.temperature_scaling
         )
         weight_fn = bootstrap_weight_fn(bootstrap_key, config.bootstrap, num_train, index_dim)
         decay = training.weight_decay_scale(
@@ -264,9 +272,9 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
             zs = jax.random.normal(key, (config.num_index_samples, index_dim)) / jnp.sqrt(index_dim)
 
             def index_loss(z):
-                logits = _apply(params, x, z) + scale * _apply(prior_params, x, z)
-                xent = optax.softmax_cross_entropy_with_integer_labels(logits, batch.y)
-                return (weight_fn(z, ids) * xent).mean()
+                outputs = _apply(params, x, z) + scale * _apply(prior_params, x, z)
+                losses = training.data_loss(outputs, batch.y, prior)  # [batch]
+                return (weight_fn(z, ids) * losses).mean()
 
             return jax.vmap(index_loss)(zs).mean()
 

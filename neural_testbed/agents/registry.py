@@ -48,6 +48,10 @@ class AgentSpec:
       description: one line for ``neural-testbed agents``.
       targets: the problems it can be evaluated on: ``"classification"``,
         ``"regression"`` or both (a regression agent outputs one value per input).
+      check_target: ``(config, target) -> None``, raising a one-line
+        ``ValueError`` when a config cannot run on ``target`` problems although
+        the agent can (ensemble+'s VAE prior on regression); None when every
+        config runs on every target.
     """
 
     config_type: type
@@ -56,6 +60,7 @@ class AgentSpec:
     make: Callable[[Any], base.Agent | base.HostAgent]
     description: str = ""
     targets: tuple[str, ...] = ("classification",)
+    check_target: Callable[[Any, str], None] | None = None
 
     def __post_init__(self):
         if not (dataclasses.is_dataclass(self.config_type) and isinstance(self.config_type, type)):
@@ -63,6 +68,8 @@ class AgentSpec:
         if not self.targets or set(self.targets) - {"classification", "regression"}:
             raise ValueError(f"targets must name 'classification' and/or 'regression', "
                              f"got {self.targets!r}")
+        if self.check_target is not None and not callable(self.check_target):
+            raise TypeError(f"check_target must be callable or None, got {self.check_target!r}")
         if not isinstance(self.default, self.config_type):
             raise TypeError(
                 f"default must be an instance of {self.config_type.__name__}, got {self.default!r}"
@@ -92,6 +99,8 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=ensemble_plus.ensemble_plus_sweep,
         make=ensemble_plus.make_ensemble_plus_agent,
         description="ensemble with randomised prior functions and bootstrap (Osband et al. 2018)",
+        targets=("classification", "regression"),
+        check_target=ensemble_plus.check_target,
     ),
     "hypermodel": AgentSpec(
         config_type=hypermodel.HypermodelConfig,
@@ -99,6 +108,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=hypermodel.hypermodel_sweep,
         make=hypermodel.make_hypermodel_agent,
         description="linear hypermodel with an additive prior hypermodel (Dwaracherla et al. 2020)",
+        targets=("classification", "regression"),
     ),
     "dropout": AgentSpec(
         config_type=dropout.DropoutConfig,
@@ -106,6 +116,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=dropout.dropout_sweep,
         make=dropout.make_dropout_agent,
         description="MC dropout (Gal & Ghahramani): an MLP that keeps dropping units when sampling",
+        targets=("classification", "regression"),
     ),
     "bbb": AgentSpec(
         config_type=bbb.BBBConfig,
@@ -113,6 +124,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=bbb.bbb_sweep,
         make=bbb.make_bbb_agent,
         description="Bayes by backprop (Blundell et al.): a factorised Gaussian over every weight",
+        targets=("classification", "regression"),
     ),
     "sgmcmc": AgentSpec(
         config_type=sgmcmc.SGMCMCConfig,
@@ -120,6 +132,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=sgmcmc.sgmcmc_sweep,
         make=sgmcmc.make_sgmcmc_agent,
         description="SGLD with momentum (Welling & Teh): one chain's snapshots as an ensemble",
+        targets=("classification", "regression"),
     ),
     "knn": AgentSpec(
         config_type=knn.KnnConfig,
@@ -155,6 +168,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         sweep=epinet.epinet_sweep,
         make=epinet.make_epinet_agent,
         description="MLP plus a small epistemic network of a Gaussian index (Osband et al. 2021)",
+        targets=("classification", "regression"),
     ),
     "oracle_gp": AgentSpec(
         config_type=oracle_gp.OracleGPConfig,

@@ -20,6 +20,14 @@ Gaussian prior's variance on every weight and bias is
 loss is the mean cross-entropy plus an L2 term
 ``temperature * d / (prior_variance * T) * |theta|^2``.
 
+On regression problems the network has one output, ``f(x)``, and
+``log p(y | x, theta) = log N(y; f(x), noise_variance)`` with the known noise
+(the loss is :func:`training.data_loss`'s ``(y - f)^2 / (2 noise_variance)``;
+the dropped constant moves no gradient). The temperature is 1 there
+(:func:`training.temperature`): ``f`` is drawn at unit scale and the noise
+variance is already in the likelihood, so the weight prior's variance is
+``prior_variance / (2 d)``.
+
 The chain is one compiled ``lax.scan``: an outer scan over snapshots whose
 body is an inner scan of ``snapshot_every`` steps, so only the snapshots are
 stored, never the 500,000 steps.
@@ -42,7 +50,7 @@ import jax
 import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import _threefry, validation
+from neural_testbed.agents import _threefry, training, validation
 
 __all__ = ["SGMCMCConfig", "make_sgmcmc_agent", "run_chain", "sgld", "sgmcmc_sweep"]
 
@@ -209,10 +217,14 @@ def run_chain(
     return jax.tree.map(lambda s: s[burn_in // snapshot_every:], snapshots)
 
 
-def _l2_scale(config: SGMCMCConfig, prior: base.PriorKnowledge) -> jax.Array:
+def _l2_scale(
+    config: SGMCMCConfig, prior: base.PriorKnowledge | base.RegressionPriorKnowledge
+) -> jax.Array:
     """The prior's L2 term on the per-pair loss: ``temperature * d / (prior_variance * T)``,
-    i.e. a Gaussian prior of variance ``prior_variance / (2 d temperature)`` on every weight."""
-    return prior.temperature * prior.input_dim / (config.prior_variance * prior.num_train)
+    i.e. a Gaussian prior of variance ``prior_variance / (2 d temperature)`` on every weight
+    (temperature 1 on regression, :func:`training.temperature`)."""
+    return (training.temperature(prior) * prior.input_dim
+            / (config.prior_variance * prior.num_train))
 
 
 def make_sgmcmc_agent(config: SGMCMCConfig = SGMCMCConfig()) -> base.Agent:
@@ -228,9 +240,11 @@ def make_sgmcmc_agent(config: SGMCMCConfig = SGMCMCConfig()) -> base.Agent:
     """
     num_snapshots = config.num_snapshots
 
-    def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge):
+    def train(key: jax.Array, data: base.Data,
+              prior: base.PriorKnowledge | base.RegressionPriorKnowledge):
         init_key, noise_key, chain_key = jax.random.split(key, 3)
-        params = networks.init_mlp(init_key, prior.input_dim, (*config.hidden, prior.num_classes))
+        params = networks.init_mlp(
+            init_key, prior.input_dim, (*config.hidden, training.output_size(prior)))
         # add_decayed_weights(2 l2) adds the gradient of l2 |theta|^2: the Gaussian prior.
         optimizer = optax.chain(
             optax.add_decayed_weights(2 * _l2_scale(config, prior)),
@@ -238,8 +252,8 @@ def make_sgmcmc_agent(config: SGMCMCConfig = SGMCMCConfig()) -> base.Agent:
         )
 
         def loss_fn(params, batch):
-            logits = networks.apply_mlp(params, batch.x)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
+            outputs = networks.apply_mlp(params, batch.x)
+            return training.data_loss(outputs, batch.y, prior).mean()
 
         return run_chain(
             chain_key, loss_fn, params, data, optimizer,

@@ -11,7 +11,16 @@ import optax
 
 from neural_testbed import base
 
-__all__ = ["adam_with_l2", "check_training_fields", "train_minibatch", "weight_decay_scale"]
+__all__ = [
+    "adam_with_l2",
+    "check_training_fields",
+    "data_loss",
+    "is_regression",
+    "output_size",
+    "temperature",
+    "train_minibatch",
+    "weight_decay_scale",
+]
 
 Params = Any
 LossFn = Callable[[jax.Array, Params, base.Data], jax.Array]  # (key, params, batch) -> loss
@@ -27,15 +36,29 @@ def weight_decay_scale(
 
     The adaptive factor lets one lambda serve every temperature and input
     dimension (reference testbed, Appendix B). On regression problems it is
-    ``d`` alone: the data term (:func:`data_loss`) is already divided by the
-    noise variance, which plays the temperature's part.
+    ``d`` alone (:func:`temperature` is 1 there): the data term
+    (:func:`data_loss`) is already divided by the noise variance, which plays
+    the temperature's part.
     """
     scale = l2_weight_decay / (num_members * prior.num_train)
     if adaptive_weight_scale:
-        scale = scale * prior.input_dim
-        if not is_regression(prior):
-            scale = scale * jnp.sqrt(prior.temperature)
+        scale = scale * prior.input_dim * jnp.sqrt(temperature(prior))
     return scale
+
+
+def temperature(prior):
+    """The temperature an agent scales its priors and regularisers by: the problem's on
+    classification, 1 on regression.
+
+    A classification environment's logits are its network's output divided by
+    the temperature, so an agent's prior functions, weight priors and decays
+    carry powers of it. A regression environment's ``f`` is drawn at unit scale
+    (the kernel of a network with fan-in scaled weights), as a network's output
+    at temperature 1; the known noise variance enters through the Gaussian data
+    term of :func:`data_loss` (divided by it) instead, and the prior over ``f``
+    does not depend on it.
+    """
+    return 1.0 if is_regression(prior) else prior.temperature
 
 
 def is_regression(prior) -> bool:

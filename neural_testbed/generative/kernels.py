@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["rbf_kernel", "relu_nngp_kernel"]
+__all__ = ["rbf_kernel", "relu_nngp_kernel", "sample_relu_network"]
 
 
 def relu_nngp_kernel(x1: jax.Array, x2: jax.Array, weight_variance=1.0,
@@ -66,3 +66,25 @@ def rbf_kernel(x1: jax.Array, x2: jax.Array, signal_variance=1.0,
     sq2 = jnp.sum(x2**2, axis=-1)[None, :]
     sq_dist = jnp.clip(sq1 + sq2 - 2 * (x1 @ x2.T), 0.0)
     return signal_variance * jnp.exp(-0.5 * sq_dist / lengthscale**2)
+
+
+def sample_relu_network(key: jax.Array, input_dim: int, width: int) -> list[dict[str, jax.Array]]:
+    """A finite network of this kernel's prior: H = ``width`` hidden ReLU units.
+
+    Weights and first-layer biases are Gaussian at the scales above (``N(0, 1 / d)``,
+    output weights ``N(0, 1 / H)``, no output bias), so over draws its outputs have
+    covariance exactly :func:`relu_nngp_kernel` at any width (the sum over units
+    is of H independent terms each of covariance k / H); only their higher
+    moments depend on H. An agent reads it as a random function drawn like the
+    environment's (the ensemble+ agent's prior functions on regression).
+
+    Returns:
+      The parameters in :func:`neural_testbed.networks.init_mlp`'s layout,
+      layers ``d -> H -> 1``.
+    """
+    w_key, b_key, v_key = jax.random.split(key, 3)
+    return [
+        {"w": jax.random.normal(w_key, (input_dim, width)) / jnp.sqrt(input_dim),
+         "b": jax.random.normal(b_key, (width,)) / jnp.sqrt(input_dim)},
+        {"w": jax.random.normal(v_key, (width, 1)) / jnp.sqrt(width), "b": jnp.zeros((1,))},
+    ]

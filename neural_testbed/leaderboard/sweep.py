@@ -83,9 +83,10 @@ def check_options(
 
 
 def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
-                            estimator: str = "auto") -> None:
-    """Checks that a registered agent can be evaluated on every problem (classification or
-    regression) with ``estimator``, before anything is opened or computed."""
+                            estimator: str = "auto", configs: Sequence[Any] = ()) -> None:
+    """Checks that a registered agent, and each of ``configs``, can be evaluated on every
+    problem (classification or regression) with ``estimator``, before anything is opened
+    or computed."""
     spec = registry.get_agent(agent_name)
     targets = sorted({p.target for p in problems})
     for target in targets:
@@ -94,6 +95,9 @@ def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
             raise ValueError(f"agent {agent_name!r} is not built for {target} problems (it "
                              f"handles {', '.join(spec.targets)}); agents for {target}: "
                              f"{', '.join(able)}")
+        if spec.check_target is not None:
+            for config in configs:
+                spec.check_target(config, target)
     if "regression" in targets:
         regression.choose_estimator(100, estimator)
 
@@ -260,7 +264,7 @@ def run_sweep(
     """
     check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch, workers=workers,
                   backend=backend, estimator=estimator)
-    check_agent_on_problems(agent_name, problems, estimator)
+    check_agent_on_problems(agent_name, problems, estimator, configs)
     units, reused = plan_units(
         agent_name, configs, list(problems), store, agent_seed=agent_seed, estimator=estimator,
         problems_per_batch=problems_per_batch, recompute=recompute, retry_failed=retry_failed,

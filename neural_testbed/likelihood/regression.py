@@ -29,7 +29,12 @@ import jax.numpy as jnp
 
 from neural_testbed import base, diagnostics
 from neural_testbed.diagnostics import xll
-from neural_testbed.likelihood.kl import Evaluation, _largest_divisor_at_most, clip_infinite_terms
+from neural_testbed.likelihood.kl import (
+    _MAX_NETWORKS_PER_CHUNK,
+    Evaluation,
+    _largest_divisor_at_most,
+    clip_infinite_terms,
+)
 
 __all__ = [
     "ESTIMATORS",
@@ -89,6 +94,20 @@ def gaussian_fit_log_density(f: jax.Array, y: jax.Array, noise_variance,
             - 0.5 * tau * jnp.log(2 * jnp.pi))
 
 
+def _test_samples_per_chunk(num_test: int, num_samples: int, tau: int,
+                            num_indices: int | None) -> int:
+    """Test samples evaluated at once: a divisor of ``num_test`` that bounds the function
+    values held, and, for continuous indices, the distinct networks (each may hold its own
+    weights: bbb's draws, the hypermodel's generated parameters), as the classification
+    evaluator does."""
+    counted = num_indices is not None and num_indices <= num_samples
+    rows = num_indices if counted else num_samples
+    most = _MAX_VALUES_PER_CHUNK // (rows * tau)
+    if not counted:
+        most = min(most, _MAX_NETWORKS_PER_CHUNK // num_samples)
+    return _largest_divisor_at_most(num_test, most)
+
+
 def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_samples: int,
                               estimator: Estimator = "auto"):
     """``evaluate(key, state, test) -> kl.Evaluation``; jittable.
@@ -110,8 +129,7 @@ def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_sample
     # An agent with n <= M members (an ensemble, a single network) is evaluated once per
     # member, weighted by how often its M belief samples drew it, as for classification.
     counted = enn.num_indices is not None and enn.num_indices <= num_samples
-    rows = enn.num_indices if counted else num_samples
-    chunk = _largest_divisor_at_most(num_test, _MAX_VALUES_PER_CHUNK // (rows * tau))
+    chunk = _test_samples_per_chunk(num_test, num_samples, tau, enn.num_indices)
 
     def sample(state, x, indices):
         """Belief samples' values ``[len(indices), n]`` at inputs ``x [n, d]``."""

@@ -83,12 +83,16 @@ def test_every_built_in_agent_is_covered():
     assert set(REGRESSION_SMALL) == by_target["regression"]
 
 
-# Regression agents on one regression-quick problem (d = 10, T = 10): one real output per input.
+# Regression agents on one regression-quick problem (d = 10, T = 10): one real output per
+# input. The networks' small configs are their classification ones.
 REGRESSION_PROBLEM = leaderboard.get_sweep("regression-quick")["regression/60"]
-REGRESSION_SMALL = {"mlp": SMALL["mlp"][0], "ensemble": SMALL["ensemble"][0],
-                    "oracle_gp": oracle_gp.OracleGPConfig(),
-                    "gp": gp.GPConfig(num_steps=20),
-                    "cnp": cnp.CNPConfig(num_steps=20, encoder=(16, 16), decoder=(16,))}
+REGRESSION_SMALL = {
+    **{name: SMALL[name][0] for name in ("mlp", "ensemble", "ensemble+", "hypermodel", "epinet",
+                                         "dropout", "bbb", "sgmcmc")},
+    "oracle_gp": oracle_gp.OracleGPConfig(),
+    "gp": gp.GPConfig(num_steps=20),
+    "cnp": cnp.CNPConfig(num_steps=20, encoder=(16, 16), decoder=(16,)),
+}
 # Agents whose index is a draw per call, not one function: the GPs' joint posterior draw at
 # the call's inputs, the CNP's independent draws at each of them.
 DRAW_PER_CALL = {"oracle_gp", "gp", "cnp"}

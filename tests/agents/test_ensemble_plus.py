@@ -5,6 +5,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 import scipy.stats
 
@@ -295,7 +296,8 @@ def _train_before_prior_functions(config, key, data, prior):
         del key
         ids = batch.x
         logits = ensembling.apply_members(params, data.x[ids]) + prior_logits[:, ids]
-        xent = ensembling.member_cross_entropy(logits, batch.y)
+        labels = jnp.broadcast_to(batch.y, logits.shape[:-1])
+        xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         return (weights[:, ids] * xent).mean()
 
     point_ids = base.Data(x=jnp.arange(num_train), y=data.y)

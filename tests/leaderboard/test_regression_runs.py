@@ -89,12 +89,12 @@ def test_no_agent_scores_significantly_below_the_exact_posterior(name):
 
 def test_agents_are_refused_on_problems_they_are_not_built_for(tmp_path, capsys):
     db = tmp_path / "r.db"
-    assert cli.main(["run", "--agent", "dropout", "--sweep", "regression-quick",
+    assert cli.main(["run", "--agent", "knn", "--sweep", "regression-quick",
                      "--db", str(db)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("neural-testbed: error: agent 'dropout' is not built for regression problems "
-                   "(it handles classification); agents for regression: cnp, ensemble, gp, mlp, "
-                   "oracle_gp")
+    assert err == ("neural-testbed: error: agent 'knn' is not built for regression problems "
+                   "(it handles classification); agents for regression: bbb, cnp, dropout, "
+                   "ensemble, ensemble+, epinet, gp, hypermodel, mlp, oracle_gp, sgmcmc")
     assert cli.main(["run", "--agent", "oracle_gp", "--sweep", "smoke", "--db", str(db)]) == 2
     assert "agent 'oracle_gp' is not built for classification problems" in capsys.readouterr().err
     assert cli.main(["run", "--agent", "mlp", "--sweep", "regression-quick", "--estimator",

@@ -90,3 +90,14 @@ def test_the_evaluator_runs_the_whole_problem_and_its_stderr_covers_the_spread()
     worse = jax.jit(regression.make_regression_evaluator(shifted, 10, 200, 200))(
         jax.random.key(1), state, test)
     assert float(worse.kl) > float(result.kl) + 4 * float(worse.kl_stderr)
+
+
+def test_chunks_bound_the_distinct_networks_of_a_continuous_index():
+    """bbb or a hypermodel holds one set of weights per belief sample: at most 2^13 networks
+    per chunk (the classification evaluator's bound); an ensemble's members are evaluated
+    once per test sample, so only the function values bound its chunks."""
+    for tau in (1, 100):
+        chunk = regression._test_samples_per_chunk(1000, 1000, tau, None)
+        assert 1000 % chunk == 0 and chunk * 1000 <= 2**13, (tau, chunk)
+    assert regression._test_samples_per_chunk(1000, 1000, 1, 100) == 1000  # 10^5 values
+    assert regression._test_samples_per_chunk(1000, 1000, 100, 100) == 100  # 10^6 values
