@@ -56,17 +56,17 @@ import optax
 from jax.scipy.special import ndtr, ndtri
 
 from neural_testbed import base, networks
-from neural_testbed.generative import kernels
 from neural_testbed.agents import ensembling, training, validation
 from neural_testbed.agents.ensembling import Bootstrap, TemperatureScaling
+from neural_testbed.generative import kernels
 
 __all__ = [
     "EnsemblePlusConfig",
     "EnsemblePlusState",
     "PriorFunction",
+    "REGRESSION_PRIOR_WIDTH",
     "VAEDecoder",
     "VAEParams",
-    "REGRESSION_PRIOR_WIDTH",
     "bootstrap_weights",
     "check_target",
     "ensemble_plus_prior_sweep",
@@ -288,7 +288,7 @@ def _draw_priors(
     if config.prior_function == "environment" and training.is_regression(prior):
         if prior.kernel != "relu_nngp":
             raise ValueError(f"ensemble+ prior_function='environment' draws networks of the "
-                             f"'relu_nngp' kernel, got kernel {prior.kernel!r}")
+                             f"'relu_nngp' kernel, got {prior.kernel!r}")
         draw = functools.partial(
             kernels.sample_relu_network, input_dim=d, width=REGRESSION_PRIOR_WIDTH)
         return jax.vmap(draw)(jax.random.split(key, members)), None

@@ -132,9 +132,9 @@ def test_hypermodel_trains_on_the_gaussian_likelihood(monkeypatch):
     loss = loss_fn(jax.random.key(4), known, point_ids)
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
     # The prior's scale is prior_scale itself on regression (temperature 1).
-    default = _caught(monkeypatch, hypermodel.make_hypermodel_agent(
+    scaled = _caught(monkeypatch, hypermodel.make_hypermodel_agent(
         dataclasses.replace(config, prior_scale=2.0, temperature_scaling="linear")))[0]
-    np.testing.assert_allclose(default.prior_scale, 2.0, rtol=1e-6)
+    np.testing.assert_allclose(scaled.prior_scale, 2.0, rtol=1e-6)
 
 
 def test_epinet_trains_on_the_gaussian_likelihood(monkeypatch):
@@ -160,6 +160,9 @@ def test_ensemble_plus_regression_environment_prior_is_the_kernels_network(monke
     width = ensemble_plus.REGRESSION_PRIOR_WIDTH
     assert sorted(shapes) == sorted([(2, INPUT_DIM, width), (2, width), (2, width, 1), (2, 1)])
     assert np.all(np.asarray(state.prior_params[1]["b"]) == 0)  # no output bias, as the kernel
+    other_kernel = dataclasses.replace(PRIOR, kernel="rbf")
+    with pytest.raises(ValueError, match="draws networks of the 'relu_nngp' kernel, got 'rbf'"):
+        ensemble_plus.make_ensemble_plus_agent(config).train(jax.random.key(0), DATA, other_kernel)
 
 
 def test_the_vae_prior_is_refused_on_regression_in_one_line(tmp_path, capsys):

@@ -61,14 +61,14 @@ MANY = [dataclasses.replace(p, num_test=100, num_samples=100, num_pool=100, num_
         if p.input_dim == 1 and p.noise_variance == 0.01 and p.num_train in (3, 10)]
 
 
-@pytest.mark.parametrize("name", ["mlp", "ensemble", "gp"])
+@pytest.mark.parametrize("name", ["mlp", "ensemble", "gp", "ensemble+", "epinet", "dropout"])
 def test_no_agent_scores_significantly_below_the_exact_posterior(name):
     """The oracle is best in expectation over the functions f, not on every f (an agent that
     happens to be confident and right on a flat f beats it there): over 20 problems, the mean
     of agent minus oracle KL is above -4 standard errors of that mean (seeds fixed)."""
     spec = agents.get_agent(name)
     config = dataclasses.replace(spec.default, num_steps=300)
-    if name == "ensemble":
+    if name in ("ensemble", "ensemble+"):
         config = dataclasses.replace(config, num_ensemble=10)
     oracle = {r.problem_id: r.kl for r in leaderboard.run_agent(
         agents.make_oracle_gp_agent(), MANY, "oracle_gp", progress=False)}
