@@ -136,7 +136,7 @@ def test_probe_a_single_model_exactly_through_the_command(tmp_path, capsys):
 @pytest.mark.parametrize("arguments, message", [
     (["--agent", "oracle_gp", "--sweep", "smoke"],
      "the probes are for regression problems; these are classification problems"),
-    (["--agent", "dropout"], "agent 'dropout' is not built for regression problems"),
+    (["--agent", "knn"], "agent 'knn' is not built for regression problems"),
     (["--agent", "mlp", "--inclusion-k", "0"],
      "inclusion k (--inclusion-k) must be one or more distinct finite numbers > 0, got (0.0,)"),
     (["--agent", "mlp", "--inclusion-k", "one"], "--inclusion-k 'one': expected float values"),
