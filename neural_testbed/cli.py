@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -555,7 +556,7 @@ def _diagnose_problem(args):
 def _cmd_diagnose(args) -> int:
     spec = registry.get_agent(args.agent)
     config = registry.parse_overrides(spec, args.overrides)
-    figures = _diagnostic_figures()
+    figures = _figures_module("neural_testbed.diagnostics.figures")
     _check_output_dir(args.out, "--out")
     problem = _diagnose_problem(args)
     if problem.target == "regression":
@@ -598,16 +599,6 @@ def _cmd_diagnose(args) -> int:
     for path in figures.save_diagnostic_figures(record, args.out, title=title):
         print(f"wrote {path}")
     return _report_failures(rows, args.keep_going)
-
-
-def _diagnostic_figures():
-    """The diagnostics figures module, or one clear error where matplotlib is missing."""
-    try:
-        from neural_testbed.diagnostics import figures
-    except ImportError as error:
-        raise ValueError(f"figures need matplotlib ({error}); install it with "
-                         "pip install 'neural-testbed[analysis]'") from None
-    return figures
 
 
 def _report_failures(rows, keep_going: bool) -> int:
@@ -765,18 +756,8 @@ def _cmd_compare(args) -> int:
     return 0
 
 
-def _plots():
-    """The plots module, or one clear error where matplotlib is missing."""
-    try:
-        from neural_testbed.leaderboard import plots
-    except ImportError as error:
-        raise ValueError(f"plotting needs matplotlib ({error}); install it with "
-                         "pip install 'neural-testbed[analysis]'") from None
-    return plots
-
-
 def _cmd_plot(args) -> int:
-    plots = _plots()
+    plots = _figures_module("neural_testbed.leaderboard.plots")
     _check_output_dir(args.out, "--out")
     problems = _sweep_problems(args)
     rows = _stored_rows(args)
@@ -797,7 +778,7 @@ def _cmd_plot(args) -> int:
                              f"in {args.db}")
         records = correlation.correlate(rows, problems, real, sorted(on_both))
     paths = plots.save_figures(rows, problems, args.out)
-    figures = _diagnostic_figures()
+    figures = _figures_module("neural_testbed.diagnostics.figures")
     if figures.tau_curves(rows, problems):
         paths.append(figures.figure_kl_per_tau(rows, problems,
                                                pathlib.Path(args.out) / "tau_curve.png"))
@@ -817,7 +798,7 @@ def _cmd_plot(args) -> int:
 
 def _cmd_correlate(args) -> int:
     if args.plot:  # checked before any work
-        plots = _plots()
+        plots = _figures_module("neural_testbed.leaderboard.plots")
         _check_output_file(args.plot, "--plot")
     agents = list(dict.fromkeys(args.agent))
     synthetic = problems_lib.get_sweep(args.synthetic_sweep)
@@ -868,7 +849,7 @@ def _cmd_probe(args) -> int:
     problems = _probe_problems(args)
     probing.check_problems(args.agent, problems, settings)
     if args.out:  # checked before any work
-        figures = _probe_figures()
+        figures = _figures_module("neural_testbed.diagnostics.probe_figures")
         _check_output_dir(args.out, "--out")
     notes = sys.stdout if args.format == "text" else sys.stderr  # CSV and Markdown stay clean
     print(f"probe {args.agent}: {config}; {len(problems)} problems ({args.sweep})",
@@ -894,14 +875,6 @@ def _cmd_probe(args) -> int:
     return 0
 
 
-def _probe_figures():
-    """The probe figures module, or one clear error where matplotlib is missing."""
-    try:
-        from neural_testbed.diagnostics import probe_figures
-    except ImportError as error:
-        raise ValueError(f"figures need matplotlib ({error}); install it with "
-                         "pip install 'neural-testbed[analysis]'") from None
-    return probe_figures
 def _cmd_tal(args) -> int:
     spec = registry.get_agent(args.agent)
     config = registry.parse_overrides(spec, args.overrides)
@@ -921,7 +894,7 @@ def _cmd_tal(args) -> int:
                                   num_samples=args.samples, methods=methods,
                                   agent_seed=args.seed)
     if args.out:  # checked before any work
-        figures = _tal_figures()
+        figures = _figures_module("neural_testbed.active.figures")
         _check_output_file(args.out, "--out")
     sweep = problems_lib.get_sweep(args.sweep)
     if any(p.target != "regression" for p in sweep.values()):
@@ -971,16 +944,6 @@ def _cmd_tal(args) -> int:
 def _plus_minus(mean: float, stderr: float, spec: str) -> str:
     """``mean ± stderr``; the error is n/a for a single problem."""
     return f"{mean:{spec}} ± {_number(stderr, '.4f')}"
-
-
-def _tal_figures():
-    """The TAL figure module, or one clear error where matplotlib is missing."""
-    try:
-        from neural_testbed.active import figures
-    except ImportError as error:
-        raise ValueError(f"--out needs matplotlib ({error}); install it with "
-                         "pip install 'neural-testbed[analysis]'") from None
-    return figures
 
 
 def _cmd_xll(args) -> int:
@@ -1036,6 +999,15 @@ def _cmd_export(args) -> int:
         count = store.to_csv(args.output)
     print(f"wrote {count} rows to {args.output}")
     return 0
+
+
+def _figures_module(name: str):
+    """A module that draws with matplotlib, or one clear error where matplotlib is missing."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        raise ValueError(f"figures need matplotlib ({error}); install it with "
+                         "pip install 'neural-testbed[analysis]'") from None
 
 
 _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
