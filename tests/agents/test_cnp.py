@@ -135,18 +135,19 @@ def test_meta_training_lowers_the_held_out_negative_log_likelihood():
 def test_self_certainty_falls_as_the_context_grows():
     """The default CNP on the 1-d prior. Grover et al.'s self-certainty at the observed
     inputs, as a mean over them: (sqrt(var_f + noise) - sqrt(noise))^2, the predictive
-    standard deviation of y against the noise's. Over 1000 held-out functions whose contexts
-    are nested (their first 1, 3, 10 pairs), it falls from T = 1 to 3 and from 1 to 10 by more
-    than 4 standard errors of the paired differences (seeds fixed). From 3 to 10 it is about
-    flat at this training budget (it rises for a CNP trained much less)."""
+    standard deviation of y against the noise's. Over 3000 held-out functions whose
+    contexts are nested (their first 1, 3, 10 pairs: the T of the 1-d regression problems)
+    it falls from each T to the next by more than 4 standard errors of the paired
+    differences (seeds fixed). Not everywhere between: from 5 to 10 pairs it rises a little
+    (by about 3.5 standard errors); after 4000 steps it was flat from 3 to 10."""
     params, _ = _meta_train(cnp.CNPConfig())
-    x, y = _held_out_functions(jax.random.key(12), 1000, 10)
+    x, y = _held_out_functions(jax.random.key(12), 3000, 10)
     certainty = {}
     for t in (1, 3, 10):
         _, variance = _predict_all(params, x, y, t)
         scores = (jnp.sqrt(variance[:, :t] + NOISE) - np.sqrt(NOISE)) ** 2
         certainty[t] = np.asarray(scores.mean(1), np.float64)
-    for smaller, larger in ((1, 3), (1, 10)):
+    for smaller, larger in ((1, 3), (3, 10)):
         differences = certainty[smaller] - certainty[larger]
         stderr = differences.std(ddof=1) / np.sqrt(len(differences))
         assert differences.mean() > 4 * stderr, (smaller, larger, differences.mean(), stderr)
