@@ -24,6 +24,8 @@ import os
 import sys
 import tempfile
 
+import pytest
+
 _SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # cache every program
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
@@ -51,3 +53,15 @@ def pytest_configure(config):
             jax.config.update(name.lower(), value.lower() in ("1", "true") if isinstance(
                 current, bool) else type(current)(value))
 
+
+
+@pytest.fixture
+def optimised_compiles():
+    """Compile with XLA's optimisations on for one test: for the few tests whose time is in
+    running a long program (meta-training thousands of steps), not in compiling many."""
+    import jax
+
+    before = jax.config.values["jax_disable_most_optimizations"]
+    jax.config.update("jax_disable_most_optimizations", False)
+    yield
+    jax.config.update("jax_disable_most_optimizations", before)

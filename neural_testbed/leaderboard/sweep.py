@@ -9,6 +9,7 @@ where it stopped and nothing is computed twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import sys
@@ -272,8 +273,12 @@ def run_sweep(
     summary = SweepSummary(reused=reused)
     total = sum(len(u.problems) for u in units)
     executed = executors.execute(units, backend, workers, address, imports)
-    for _, rows in _progress(executed, total, agent_name, progress):
-        store.write(rows)
-        summary.computed += len(rows)
-        summary.failed += sum(r.status != "ok" for r in rows)
+    # Closed on the way out, whatever ends the loop: a Ctrl-C while this thread writes rows
+    # would otherwise leave the workers computing (the generator, kept alive by the
+    # traceback, stops them only when closed) and the exit waiting for them.
+    with contextlib.closing(executed):
+        for _, rows in _progress(executed, total, agent_name, progress):
+            store.write(rows)
+            summary.computed += len(rows)
+            summary.failed += sum(r.status != "ok" for r in rows)
     return summary

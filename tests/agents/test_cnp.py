@@ -132,6 +132,7 @@ def test_meta_training_lowers_the_held_out_negative_log_likelihood():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("optimised_compiles")  # 10000 training steps: running, not compiling
 def test_self_certainty_falls_as_the_context_grows():
     """The default CNP on the 1-d prior. Grover et al.'s self-certainty at the observed
     inputs, as a mean over them: (sqrt(var_f + noise) - sqrt(noise))^2, the predictive

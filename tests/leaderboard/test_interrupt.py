@@ -25,8 +25,10 @@ pytestmark = pytest.mark.slow
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # The quick sweep (18 problems, one per work unit): long enough that the command is
 # still running when the signal arrives, even with every program in the compilation cache.
+# Taus 1 and 2, not the sweep's 1 and 100: the same work units, a fraction of the
+# evaluation (the resumed run completes every problem).
 RUN = ["run", "--agent", "mlp", "--sweep", "quick", "--set", "num_steps=100",
-       "--problems-per-batch", "1"]
+       "--problems-per-batch", "1", "--taus", "1,2"]
 TOTAL_ROWS = 18 * 2  # problems x taus
 INTERRUPTED = ("neural-testbed: interrupted; everything computed so far is in the store, "
                "rerun the same command to continue")
