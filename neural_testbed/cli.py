@@ -784,7 +784,8 @@ def _cmd_compare(args) -> int:
     pooled = [r for r in records if r["scope"] == "pooled"]
     cells = [r for r in records if r["scope"] == "setting"]
     if args.metric == "kl":
-        what, diff, taus, where, cell = "", "kl_diff", ("tau",), "at tau = {tau}, ", "(setting, tau)"
+        what, diff, taus = "", "kl_diff", ("tau",)
+        where, cell = "at tau = {tau}, ", "(setting, tau)"
     else:
         higher = scoring.COMPARE_METRICS[args.metric]
         what = (f" in {args.metric} ({'higher' if higher else 'lower'} is better; pairs: "
