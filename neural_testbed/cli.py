@@ -19,7 +19,7 @@ from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import correlation, probing
 from neural_testbed.leaderboard import problems as problems_lib
-from neural_testbed.leaderboard import scoring
+from neural_testbed.leaderboard import scoring, studies
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard import sweep as sweep_lib
 from neural_testbed.leaderboard import xll_scores
@@ -137,10 +137,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="also show each chosen config as JSON (by default a row shows the "
                             "config's hash and the fields that differ from the agent's default)")
     board.add_argument("--metrics", default="", metavar="NAME,...",
-                       help="add columns of diagnostics (means over the problems, from each "
-                            "problem's smallest tau): any of " + ", ".join(
-                                diagnostics_report.ROW_METRICS) + "; aud for the three aud_ood_* "
-                            "(ece and accuracy are always shown); see `diagnose`")
+                       help="add columns of diagnostics (means over the problems that have "
+                            "them, from each problem's smallest tau, with stratified standard "
+                            "errors): any of " + ", ".join(diagnostics_report.ROW_METRICS)
+                            + "; aud for the three aud_ood_* (ece and accuracy are always "
+                            "shown; see `diagnose`); and from the results `tal` and `probe` "
+                            "stored for the chosen config: tal (Wang et al.'s TAL score: "
+                            "BatchMIG's test log-likelihood after the first round minus "
+                            "random's on the same problem; higher is better), self_certainty "
+                            "(Grover et al.'s; lower is better)")
     board.add_argument("--selection", default="same", choices=list(scoring.SELECTIONS),
                        help="same: choose configs and report on every problem (default; "
                             "flatters agents with large sweeps); held-out: choose on the first "
@@ -154,7 +159,8 @@ def _parser() -> argparse.ArgumentParser:
                     "error (stratified by (temperature, T)) and a two-sided t-test p-value "
                     "(df = pairs - settings); then the same per (temperature, T) and tau, "
                     "with a paired t-test verdict at the 5% level. Each agent uses its "
-                    "globally tuned config.")
+                    "globally tuned config. With --metric, the same for another per-problem "
+                    "value, over the problems where both agents have one.")
     compare.add_argument("--agent", required=True, help="the agent to compare")
     compare.add_argument("--baseline", action="append", default=None,
                          help="a baseline agent; repeatable (default: mlp)")
@@ -162,6 +168,11 @@ def _parser() -> argparse.ArgumentParser:
                          help="same: choose configs and compare on every problem (default); "
                               "held-out: choose on the first half of each setting's seeds, "
                               "compare on the other half")
+    compare.add_argument("--metric", default="kl", metavar="NAME",
+                         help="what is compared: kl (default; lower is better), "
+                              "metacorrelation, xll (regression rows; higher is better), tal "
+                              "(stored by `tal`, see leaderboard --metrics; higher is better) "
+                              "or self_certainty (stored by `probe`; lower is better)")
 
     plot = commands.add_parser(
         "plot", parents=[common, db, sweep_choice],
@@ -225,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "data regime, one point per config) to this PNG file")
 
     probe = commands.add_parser(
-        "probe", parents=[common, one_agent],
+        "probe", parents=[common, db, one_agent],
         help="Grover et al.'s probes of an agent's predictive uncertainty (regression)",
         description="Train an agent on each regression problem of a sweep (as `run` does) "
                     "and compute, from its belief samples plus the known noise (s = the "
@@ -236,7 +247,9 @@ def _parser() -> argparse.ArgumentParser:
                     "distance to the nearest training input: the fraction whose s exceeds s "
                     "there) and uncertainty-reduction@k (mean |s| change after training again "
                     "with k more pool pairs). Prints means ± standard errors per stratum "
-                    "(d, noise variance, T); nothing is stored.")
+                    "(d, noise variance, T). Each problem's probes are stored in --db as soon "
+                    "as they are computed; a rerun with the same settings reuses them (Ctrl-C "
+                    "and rerun to resume).")
     probe.add_argument("--sweep", default="regression-quick", choices=list(problems_lib.SWEEPS),
                        help="a regression sweep: regression-quick (8 problems, default), "
                             "regression (180) or regression-wang (30)")
@@ -262,9 +275,11 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--out", metavar="DIR",
                        help="also write variance_by_distance.png, self_certainty.png, "
                             "inclusion.png and uncertainty_reduction.png here")
+    probe.add_argument("--recompute", action="store_true",
+                       help="recompute problems already in the store, replacing them")
     probe.add_argument("--quiet", action="store_true", help="no progress bar")
     tal = commands.add_parser(
-        "tal", parents=[common, one_agent, fmt],
+        "tal", parents=[common, db, one_agent, fmt],
         help="transductive active learning with the agent choosing the queries (Wang et al.)",
         description="Per problem and selection method, rounds of queries: each round the agent "
                     "is trained on the current training set, its predictive covariance over the "
@@ -275,7 +290,9 @@ def _parser() -> argparse.ArgumentParser:
                     "posterior's mean test log-likelihood (the prediction model, the same for "
                     "every agent), mean and standard error over the problems, each method's "
                     "paired difference from random after the last round and the agent's "
-                    "metacorrelation at the test inputs before any query. Stores nothing.")
+                    "metacorrelation at the test inputs before any query. Each problem's "
+                    "results are stored in --db as soon as they are computed; a rerun with "
+                    "the same settings reuses them (Ctrl-C and rerun to resume).")
     tal.add_argument("--sweep", default="regression-wang", choices=list(problems_lib.SWEEPS),
                      help="a regression sweep; its problems' test inputs are the first "
                           "num_probes pool inputs, the pool the rest (default: regression-wang, "
@@ -301,6 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     tal.add_argument("--out", metavar="FILE.png",
                      help="also draw test log-likelihood against labels queried, one line per "
                           "method, to this PNG file")
+    tal.add_argument("--recompute", action="store_true",
+                     help="recompute problems already in the store, replacing them")
     tal.add_argument("--quiet", action="store_true", help="no progress bar")
     xll = commands.add_parser(
         "xll", parents=[common, db, fmt],
@@ -324,19 +343,28 @@ def _parser() -> argparse.ArgumentParser:
 
     merge = commands.add_parser(
         "merge", parents=[common], help="combine results stores into one",
-        description="Copy the rows of several stores (e.g. the shards of a sweep) into one. "
-                    "Exact duplicates are skipped; rows with the same key but different "
-                    "results are refused, and nothing is written.")
+        description="Copy the rows and the stored `tal` and `probe` results of several "
+                    "stores (e.g. the shards of a sweep) into one. Exact duplicates are "
+                    "skipped; rows or results with the same key but different values are "
+                    "refused, and nothing is written.")
     merge.add_argument("inputs", nargs="+", metavar="DB", help="stores to read")
     merge.add_argument("-o", "--output", required=True, metavar="DB",
                        help="store to write (created if missing; may already hold rows)")
 
     export = commands.add_parser("export", parents=[common, db],
-                                 help="write every stored row to a CSV file",
+                                 help="write every stored row (or study result) to a CSV file",
                                  description="Write every stored row to a CSV file (the "
                                              "predictives kept for `xll` are binary and are "
-                                             "not exported; `merge` carries them).")
+                                             "not exported; `merge` carries them), or with "
+                                             "--table studies the results of `tal` and "
+                                             "`probe`, one value per line.")
     export.add_argument("-o", "--output", required=True, metavar="CSV", help="the CSV file")
+    export.add_argument("--table", default="rows", choices=["rows", "studies"],
+                        help="rows (default): one line per stored row; studies: one line per "
+                             "value of the stored tal and probe results, columns "
+                             + ", ".join(studies.LONG_COLUMNS) + " (TAL: name a method, at "
+                             "round=R, then its metacorrelation; probes: name a probe, at its "
+                             "parameter)")
 
     commands.add_parser("agents", parents=[common],
                         help="list the registered agents and their defaults")
@@ -640,6 +668,19 @@ def _stored_rows(args) -> list[dict[str, Any]]:
     return rows
 
 
+def _study_metrics(args, names: Sequence[str], problems: Mapping[str, Any]):
+    """The per-problem values of the study metrics among ``names`` (see
+    :func:`studies.per_problem_metrics`), or None where none is asked for."""
+    if not set(names) & set(studies.METRICS):
+        return None
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        records = store.studies()
+    values, notes = studies.per_problem_metrics(records, problems)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return values
+
+
 # --metrics names that stand for several columns (ece and accuracy are always shown).
 _METRIC_SHORTHANDS = {"ece": (), "accuracy": (),
                       "aud": ("aud_ood_aleatoric", "aud_ood_epistemic", "aud_ood_total")}
@@ -693,15 +734,16 @@ def _cmd_leaderboard(args) -> int:
     if args.baseline not in registry.AGENTS:  # a registered baseline may simply have no rows
         _check_agent_in_store(args.baseline, rows, args.db, "--baseline")
     asked = [m for m in args.metrics.split(",") if m]
-    unknown = [m for m in asked if m not in diagnostics_report.ROW_METRICS
-               and m not in _METRIC_SHORTHANDS]
+    allowed = (*_METRIC_SHORTHANDS, *diagnostics_report.ROW_METRICS, *studies.METRICS)
+    unknown = [m for m in asked if m not in allowed]
     if unknown:
         raise ValueError(f"unknown --metrics {', '.join(unknown)}; allowed: "
-                         + ", ".join((*_METRIC_SHORTHANDS, *diagnostics_report.ROW_METRICS)))
+                         + ", ".join(allowed))
     metrics = list(dict.fromkeys(name for m in asked
                                  for name in _METRIC_SHORTHANDS.get(m, (m,))))
     records, warnings = scoring.score_agents(rows, problems, args.tuning, args.baseline,
-                                             args.selection)
+                                             args.selection,
+                                             _study_metrics(args, metrics, problems))
     if not records:
         raise store_lib.StoreError(f"{args.db!r} has no successful results for the "
                                    f"{args.sweep!r} sweep")
@@ -713,20 +755,27 @@ def _cmd_leaderboard(args) -> int:
           file=sys.stdout if args.format == "table" else sys.stderr)
     for record in records:
         record["changes"] = _config_changes(record["agent"], record["config"])
-    columns = _BOARD_COLUMNS[:-1] + tuple(metrics) + _BOARD_COLUMNS[-1:] + (
-        ("config",) if args.verbose else ())
+        for name in metrics:  # a study metric with no record stored for any agent
+            record.setdefault(name, float("nan"))
+            record.setdefault(f"{name}_stderr", float("nan"))
+    columns = (_BOARD_COLUMNS[:-1] + tuple(c for m in metrics for c in (m, f"{m}_stderr"))
+               + _BOARD_COLUMNS[-1:] + (("config",) if args.verbose else ()))
     print(scoring.format_records(records, args.format, columns))
     return 0
 
 
 def _cmd_compare(args) -> int:
+    if args.metric not in scoring.COMPARE_METRICS:
+        raise ValueError(f"unknown --metric {args.metric!r}; allowed: "
+                         + ", ".join(scoring.COMPARE_METRICS))
     problems = _sweep_problems(args)
     baselines = args.baseline or ["mlp"]
     rows = _stored_rows(args)  # the store alone is compared: no agent need be registered
     _check_agent_in_store(args.agent, rows, args.db, "--agent")
     for name in baselines:
         _check_agent_in_store(name, rows, args.db, "--baseline")
-    records = scoring.compare_agents(rows, problems, args.agent, baselines, args.selection)
+    records = scoring.compare_agents(rows, problems, args.agent, baselines, args.selection,
+                                     args.metric, _study_metrics(args, [args.metric], problems))
     print(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}",
           file=sys.stdout if args.format == "table" else sys.stderr)
     if args.format != "table":
@@ -734,25 +783,33 @@ def _cmd_compare(args) -> int:
         return 0
     pooled = [r for r in records if r["scope"] == "pooled"]
     cells = [r for r in records if r["scope"] == "setting"]
-    print(f"{args.agent} - baseline, pooled over the {args.sweep} sweep (stratified by "
+    if args.metric == "kl":
+        what, diff, taus = "", "kl_diff", ("tau",)
+        where, cell = "at tau = {tau}, ", "(setting, tau)"
+    else:
+        higher = scoring.COMPARE_METRICS[args.metric]
+        what = (f" in {args.metric} ({'higher' if higher else 'lower'} is better; pairs: "
+                "the problems where both have a value)")
+        diff, taus, where, cell = f"{args.metric}_diff", (), "", "setting"
+    print(f"{args.agent} - baseline{what}, pooled over the {args.sweep} sweep (stratified by "
           "(temperature, T); two-sided t-test, df = pairs - settings):")
-    print(scoring.format_records(pooled, "table", ("baseline", "tau", "kl_diff", "stderr",
+    print(scoring.format_records(pooled, "table", ("baseline", *taus, diff, "stderr",
                                                    "p_value", "pairs", "df", "verdict", "flag")))
     for r in pooled:
-        if abs(r["kl_diff"]) < r["stderr"]:
-            print(f"note: at tau = {r['tau']}, {args.agent} and {r['baseline']} differ by less "
-                  f"than one standard error ({r['kl_diff']:.4g} vs {r['stderr']:.4g}): more "
-                  "problems or seeds are needed to order them")
+        if abs(r[diff]) < r["stderr"]:
+            print(f"note: {where.format(tau=r.get('tau'))}{args.agent} and {r['baseline']} "
+                  f"differ by less than one standard error ({r[diff]:.4g} vs "
+                  f"{r['stderr']:.4g}): more problems or seeds are needed to order them")
     print(f"\n{args.agent} - baseline per (temperature, T) (paired t-test, df = pairs - 1):")
-    print(scoring.format_records(cells, "table", ("baseline", "temperature", "num_train", "tau",
-                                                  "kl_diff", "stderr", "p_value", "pairs",
+    print(scoring.format_records(cells, "table", ("baseline", "temperature", "num_train", *taus,
+                                                  diff, "stderr", "p_value", "pairs",
                                                   "verdict", "flag")))
     for name in baselines:
         mine = [r for r in cells if r["baseline"] == name]
         better = sum(r["verdict"] == "better" for r in mine)
         worse = sum(r["verdict"] == "worse" for r in mine)
         print(f"{args.agent} vs {name}: significantly better in {better}, worse in {worse} "
-              f"of {len(mine)} (setting, tau) cells (paired t-test, 5%)")
+              f"of {len(mine)} {cell} cells (paired t-test, 5%)")
     return 0
 
 
@@ -852,12 +909,25 @@ def _cmd_probe(args) -> int:
         figures = _figures_module("neural_testbed.diagnostics.probe_figures")
         _check_output_dir(args.out, "--out")
     notes = sys.stdout if args.format == "text" else sys.stderr  # CSV and Markdown stay clean
-    print(f"probe {args.agent}: {config}; {len(problems)} problems ({args.sweep})",
-          file=sys.stderr)
-    start = time.perf_counter()
-    results = list(probing.probe_problems(spec.make(config), problems, settings,
-                                          progress=not args.quiet, desc=args.agent))
-    seconds = time.perf_counter() - start
+    settings_json = studies.probe_settings_json(settings)
+    with store_lib.ResultsStore(args.db) as store:  # refuses a file it cannot use, before work
+        stored = ({} if args.recompute else
+                  studies.stored_by_problem(store, args.agent, config, "probe", settings_json))
+        todo = [p for p in problems if p.problem_id not in stored]
+        print(f"probe {args.agent}: {config}; {len(problems)} problems ({args.sweep})"
+              + _stored_note(len(problems) - len(todo), args.db), file=sys.stderr)
+        start = last = time.perf_counter()
+        for problem, result in probing.probe_problems(spec.make(config), todo, settings,
+                                                      progress=not args.quiet,
+                                                      desc=args.agent):
+            now = time.perf_counter()
+            store.write_studies([studies.probe_record(args.agent, config, problem.problem_id,
+                                                      result, settings, now - last)])
+            last = now
+        seconds = time.perf_counter() - start
+        stored = studies.stored_by_problem(store, args.agent, config, "probe", settings_json)
+    # Every problem is reported from the store: a rerun prints what the first run did.
+    results = [(p, studies.probe_result(stored[p.problem_id])) for p in problems]
     records = probing.summarise(results, settings, per_problem=args.per_problem)
     print(probing.describe(settings), file=notes)
     if args.format == "text":
@@ -865,14 +935,25 @@ def _cmd_probe(args) -> int:
     else:
         columns = probing.PROBLEM_COLUMNS if args.per_problem else probing.COLUMNS
         print(scoring.format_records(records, args.format, columns))
-    print(f"time: {seconds:.1f} s for {len(problems)} problems ({seconds / len(problems):.1f} s "
-          "per problem, compilation included)", file=notes)
     if args.out:
         summary = (records if not args.per_problem
                    else probing.summarise(results, settings))
         for path in figures.save_probe_figures(results, summary, args.out, agent=args.agent):
             print(f"wrote {path}", file=notes)
+    print(_computed_line(seconds, len(todo), len(problems) - len(todo), args.db), file=notes)
     return 0
+
+
+def _stored_note(reused: int, db: str) -> str:
+    return f", {reused} of them stored in {db} (reused)" if reused else ""
+
+
+def _computed_line(seconds: float, computed: int, reused: int, db: str) -> str:
+    """The last lines of `tal` and `probe`: time, then what was computed and reused."""
+    per_problem = (f" ({seconds / computed:.1f} s per problem computed, compilation included)"
+                   if computed else "")
+    return (f"time: {seconds:.1f} s{per_problem}\n"
+            f"{computed} problems computed, {reused} reused from {db}")
 
 
 def _cmd_tal(args) -> int:
@@ -909,11 +990,21 @@ def _cmd_tal(args) -> int:
     if not isinstance(agent, base.Agent):
         raise ValueError(f"agent {args.agent!r} trains outside JAX (a host agent); tal "
                          "retrains its selection model each round and needs a JAX agent")
-    print(f"tal: agent {args.agent}: {config}; {len(problems)} problems of {args.sweep}; "
-          f"{settings.num_rounds} rounds x {settings.batch_size} queries", file=sys.stderr)
-    start = time.perf_counter()
-    results = active.run_tal(agent, problems, settings, progress=not args.quiet)
-    seconds = time.perf_counter() - start
+    settings_json = studies.tal_settings_json(settings)
+    with store_lib.ResultsStore(args.db) as store:  # refuses a file it cannot use, before work
+        stored = ({} if args.recompute else
+                  studies.stored_by_problem(store, args.agent, config, "tal", settings_json))
+        todo = [p for p in problems if p.problem_id not in stored]
+        print(f"tal: agent {args.agent}: {config}; {len(problems)} problems of {args.sweep}; "
+              f"{settings.num_rounds} rounds x {settings.batch_size} queries"
+              + _stored_note(len(problems) - len(todo), args.db), file=sys.stderr)
+        start = time.perf_counter()
+        for result in active.tal.iter_tal(agent, todo, settings, progress=not args.quiet):
+            store.write_studies([studies.tal_record(args.agent, config, result, settings)])
+        seconds = time.perf_counter() - start
+        stored = studies.stored_by_problem(store, args.agent, config, "tal", settings_json)
+    # Every problem is reported from the store: a rerun prints what the first run did.
+    results = [studies.tal_result(stored[p.problem_id]) for p in problems]
     records = active.summarise(results)
     notes = sys.stdout if args.format == "table" else sys.stderr  # CSV and Markdown stay clean
     print(f"test log-likelihood of the exact posterior after each round (mean and standard "
@@ -933,11 +1024,10 @@ def _cmd_tal(args) -> int:
     print(f"metacorrelation of {args.agent} at the test inputs before any query: "
           + (f"{_plus_minus(mean, stderr, '.4f')} over {count} problems" if count
              else "n/a (its belief samples do not vary, or no method used it)"), file=notes)
-    print(f"time: {seconds:.1f} s ({seconds / len(results):.1f} s per problem, compilation "
-          "included)", file=notes)
     if args.out:
         title = f"{args.agent} selecting on {args.sweep} ({len(results)} problems)"
         print(f"wrote {figures.figure_tal(records, args.out, title)}", file=notes)
+    print(_computed_line(seconds, len(todo), len(problems) - len(todo), args.db), file=notes)
     return 0
 
 
@@ -977,27 +1067,43 @@ def _registered_agent(name: str, rows: Sequence[Mapping[str, Any]]) -> registry.
 
 def _cmd_merge(args) -> int:
     store_lib.check_writable(args.output)  # before reading anything
-    sources = []
+    rows, records = [], []
     for path in args.inputs:
         if not os.path.exists(path):
             raise store_lib.StoreError(f"merge input {path!r}: no such file")
         with store_lib.ResultsStore(path, create=False) as source:
-            sources.append((path, source.rows(predictive=True)))
-    rows = [r for _, stored in sources for r in stored]
+            rows += source.rows(predictive=True)
+            records += source.studies()
     if not os.path.exists(args.output) or os.path.getsize(args.output) == 0:
         store_lib.merge_plan(rows)  # refuse conflicts before the new store is made
     with store_lib.ResultsStore(args.output) as target:
+        # Both refusals come before either write: a conflict anywhere writes nothing.
+        store_lib.merge_plan(rows, target.rows())
+        store_lib.study_merge_plan(records, target.studies())
         added, duplicates = target.merge(rows)
-    print(f"merged {len(sources)} stores into {args.output}: {added} rows added, "
-          f"{duplicates} exact duplicates skipped")
+        studies_added, studies_duplicates = target.merge_studies(records)
+    line = (f"merged {len(args.inputs)} stores into {args.output}: {added} rows added, "
+            f"{duplicates} exact duplicates skipped")
+    if records:
+        line += (f"; {studies_added} tal/probe results added, {studies_duplicates} exact "
+                 "duplicates skipped")
+    print(line)
     return 0
 
 
 def _cmd_export(args) -> int:
     _check_output_file(args.output, "-o")
     with store_lib.ResultsStore(args.db, create=False) as store:
-        count = store.to_csv(args.output)
-    print(f"wrote {count} rows to {args.output}")
+        if args.table == "rows":
+            count = store.to_csv(args.output)
+        else:
+            records = studies.long_records(store.studies())
+            with open(args.output, "w", newline="") as f:
+                f.write(scoring.format_records(records, "csv", studies.LONG_COLUMNS)
+                        or ",".join(studies.LONG_COLUMNS) + "\n")
+            count = len(records)
+    print(f"wrote {count} {'rows' if args.table == 'rows' else 'study values'} to "
+          f"{args.output}")
     return 0
 
 
@@ -1041,7 +1147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         # Every store is closed by now: the exception has left each `with` block.
-        if command in ("run", "sweep"):
+        if command in ("run", "sweep", "tal", "probe"):
             print("neural-testbed: interrupted; everything computed so far is in the store, "
                   "rerun the same command to continue", file=sys.stderr)
         else:

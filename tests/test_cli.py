@@ -365,8 +365,9 @@ def test_leaderboard_adds_diagnostics_columns_and_names_bad_ones(store, capsys):
     assert cli.main(["leaderboard", "--db", str(store), "--sweep", "smoke", "--metrics",
                      "ece,aud,rejection_ability"]) == 0
     header = capsys.readouterr().out.splitlines()[1].split()
-    assert header[-5:] == ["aud_ood_aleatoric", "aud_ood_epistemic", "aud_ood_total",
-                           "rejection_ability", "changes"]
+    assert header[-9:] == ["aud_ood_aleatoric", "aud_ood_aleatoric_stderr", "aud_ood_epistemic",
+                           "aud_ood_epistemic_stderr", "aud_ood_total", "aud_ood_total_stderr",
+                           "rejection_ability", "rejection_ability_stderr", "changes"]
     assert cli.main(["leaderboard", "--db", str(store), "--sweep", "smoke", "--metrics",
                      "bogus"]) == 2
     _one_error_line(capsys, "unknown --metrics bogus; allowed: ece, accuracy, aud, aleatoric")

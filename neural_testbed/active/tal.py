@@ -44,7 +44,7 @@ import functools
 import math
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import jax
@@ -62,6 +62,7 @@ __all__ = [
     "TALResult",
     "TALSettings",
     "check_problems",
+    "iter_tal",
     "mean_metacorrelation",
     "paired_difference",
     "pick_problems",
@@ -273,6 +274,32 @@ def _run_problem(problem, drawn: _Problem, train, covariance, settings: TALSetti
                      log_likelihood, selected, metacorrelation, time.perf_counter() - start)
 
 
+def iter_tal(agent: base.Agent, problems: Sequence[base.Problem],
+             settings: TALSettings = TALSettings(),
+             progress: bool = False) -> Iterator[TALResult]:
+    """As :func:`run_tal`, yielding each problem's result as soon as it is done (so a
+    caller can store it before the next problem starts). Checks the agent and the
+    problems before returning."""
+    if not isinstance(agent, base.Agent):
+        raise TypeError(f"tal needs a JAX agent (base.Agent), got {type(agent).__name__}")
+    check_problems(problems, settings)
+    return _results(agent, list(problems), settings, progress)
+
+
+def _results(agent: base.Agent, problems: Sequence[base.Problem], settings: TALSettings,
+             progress: bool) -> Iterator[TALResult]:
+    train = jax.jit(agent.train)
+    covariance = _covariance_program(agent.enn, settings.num_samples)
+    total = len(problems) * len(settings.methods) * settings.num_rounds
+    with tqdm(total=total, unit="round", disable=not progress or total == 0, file=sys.stderr,
+              desc="tal", dynamic_ncols=True) as bar:
+        for problem in problems:
+            bar.set_postfix_str(problem.problem_id)
+            drawn = _draw(problem, settings.agent_seed)
+            yield _run_problem(problem, drawn, train, covariance, settings,
+                               lambda: bar.update(1))
+
+
 def run_tal(agent: base.Agent, problems: Sequence[base.Problem],
             settings: TALSettings = TALSettings(), progress: bool = False) -> list[TALResult]:
     """TAL with ``agent`` as the selection model on each problem, one after another.
@@ -291,21 +318,7 @@ def run_tal(agent: base.Agent, problems: Sequence[base.Problem],
       >>> results = run_tal(agents.make_oracle_gp_agent(), problems, TALSettings(num_rounds=3))
       >>> summarise(results)[-1]["batchmig"]  # mean test log-likelihood after 21 queries
     """
-    if not isinstance(agent, base.Agent):
-        raise TypeError(f"tal needs a JAX agent (base.Agent), got {type(agent).__name__}")
-    check_problems(problems, settings)
-    train = jax.jit(agent.train)
-    covariance = _covariance_program(agent.enn, settings.num_samples)
-    total = len(problems) * len(settings.methods) * settings.num_rounds
-    results = []
-    with tqdm(total=total, unit="round", disable=not progress or total == 0, file=sys.stderr,
-              desc="tal", dynamic_ncols=True) as bar:
-        for problem in problems:
-            bar.set_postfix_str(problem.problem_id)
-            drawn = _draw(problem, settings.agent_seed)
-            results.append(_run_problem(problem, drawn, train, covariance, settings,
-                                        lambda: bar.update(1)))
-    return results
+    return list(iter_tal(agent, problems, settings, progress))
 
 
 def _mean_and_stderr(values: np.ndarray) -> tuple[float, float]:

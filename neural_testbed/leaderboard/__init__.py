@@ -1,6 +1,11 @@
 """Problem sweeps, running agents over them, the results store, scores and comparisons."""
 
-from neural_testbed.leaderboard.frames import compare_frame, leaderboard_frame, results_frame
+from neural_testbed.leaderboard.frames import (
+    compare_frame,
+    leaderboard_frame,
+    results_frame,
+    studies_frame,
+)
 from neural_testbed.leaderboard.probing import ProbeSettings, probe_problems
 from neural_testbed.leaderboard.problems import (
     SWEEPS,
@@ -41,4 +46,5 @@ __all__ = [
     "run_sweep",
     "score_agents",
     "score_candidates",
+    "studies_frame",
 ]

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from neural_testbed.diagnostics import report
 from neural_testbed.leaderboard import problems as problems_lib
-from neural_testbed.leaderboard import scoring
+from neural_testbed.leaderboard import scoring, studies
 from neural_testbed.leaderboard import store as store_lib
 
-__all__ = ["compare_frame", "leaderboard_frame", "results_frame"]
+__all__ = ["compare_frame", "leaderboard_frame", "results_frame", "studies_frame"]
 
 
 def _pandas():
@@ -32,6 +32,13 @@ def _rows(db: str) -> list[dict]:
         return store.rows()
 
 
+def _study_values(db: str, problems):
+    """The studies' per-problem metrics (``tal``, ``self_certainty``) for scoring."""
+    with store_lib.ResultsStore(db, create=False) as store:
+        records = store.studies()
+    return studies.per_problem_metrics(records, problems)[0]
+
+
 def results_frame(db: str = store_lib.DEFAULT_DB):
     """Every stored row, one column per store field, then one per diagnostics scalar
     (:data:`neural_testbed.diagnostics.report.ROW_METRICS`; NaN where a row has none). The
@@ -46,24 +53,47 @@ def results_frame(db: str = store_lib.DEFAULT_DB):
 
 def leaderboard_frame(db: str = store_lib.DEFAULT_DB, sweep: str = "quick",
                       tuning: str = "global", baseline: str = "mlp", selection: str = "same"):
-    """One row per agent: the ``neural-testbed leaderboard`` table.
+    """One row per agent: the ``neural-testbed leaderboard`` table, with every
+    diagnostics scalar and the stored studies' ``tal`` and ``self_certainty``, each
+    beside its ``<name>_stderr``.
 
     Example:
       >>> leaderboard_frame("results.db", sweep="paper", tuning="per-setting",
       ...                   selection="held-out")
     """
-    records, _ = scoring.score_agents(_rows(db), problems_lib.get_sweep(sweep), tuning, baseline,
-                                      selection)
+    problems = problems_lib.get_sweep(sweep)
+    records, _ = scoring.score_agents(_rows(db), problems, tuning, baseline, selection,
+                                      _study_values(db, problems))
     return _pandas().DataFrame(records)
 
 
 def compare_frame(agent: str, baselines: Sequence[str] = ("mlp",),
-                  db: str = store_lib.DEFAULT_DB, sweep: str = "quick", selection: str = "same"):
-    """Paired KL differences: the ``neural-testbed compare`` table.
+                  db: str = store_lib.DEFAULT_DB, sweep: str = "quick", selection: str = "same",
+                  metric: str = "kl"):
+    """Paired differences: the ``neural-testbed compare [--metric METRIC]`` table.
 
     The ``scope == "pooled"`` rows (over the whole sweep, per baseline and tau)
-    come first, then one row per (baseline, temperature, T, tau).
+    come first, then one row per (baseline, temperature, T, tau). A ``metric``
+    other than ``"kl"`` (see :data:`scoring.COMPARE_METRICS`) has no tau and its
+    difference in ``<metric>_diff``.
     """
-    records = scoring.compare_agents(_rows(db), problems_lib.get_sweep(sweep), agent, baselines,
-                                     selection)
+    problems = problems_lib.get_sweep(sweep)
+    per_problem = _study_values(db, problems) if metric in studies.METRICS else None
+    records = scoring.compare_agents(_rows(db), problems, agent, baselines, selection, metric,
+                                     per_problem)
     return _pandas().DataFrame(records)
+
+
+def studies_frame(db: str = store_lib.DEFAULT_DB):
+    """The stored results of ``tal`` and ``probe`` in long form, one value per row:
+    agent, config_hash, problem_id, study, settings_hash, name (a TAL method or
+    ``metacorrelation``, or a probe), at (``round=R`` or the probe's parameter), value.
+
+    Example:
+      >>> frame = studies_frame("results.db")
+      >>> frame[(frame.study == "tal") & (frame.at == "round=1")].pivot_table(
+      ...     index="problem_id", columns="name", values="value")
+    """
+    with store_lib.ResultsStore(db, create=False) as store:
+        records = studies.long_records(store.studies())
+    return _pandas().DataFrame(records, columns=list(studies.LONG_COLUMNS))

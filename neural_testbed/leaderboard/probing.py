@@ -43,7 +43,8 @@ from neural_testbed.diagnostics import probes
 from neural_testbed.leaderboard.sweep import MAX_AGENT_SEED
 
 __all__ = ["COLUMNS", "PROBES", "PROBLEM_COLUMNS", "ProbeSettings", "ProblemProbes", "added_data",
-           "check_problems", "describe", "format_text", "make_prober", "probe_keys", "probe_problems", "summarise"]
+           "check_problems", "describe", "format_text", "make_prober", "parameter_labels",
+           "probe_keys", "probe_problems", "summarise"]
 
 # Probe names as records carry them, in the order tables show them.
 PROBES = ("self_certainty", "inclusion", "inclusion_expected", "delta", "uncertainty_increase",
@@ -212,7 +213,7 @@ def probe_problems(agent: base.Agent, problems: Sequence[base.Problem],
             yield problem, ProblemProbes(*(np.asarray(v) for v in jax.device_get(result)))
 
 
-def _parameters(settings: ProbeSettings) -> dict[str, list[str]]:
+def parameter_labels(settings: ProbeSettings) -> dict[str, list[str]]:
     """The ``at`` label of each value of each probe."""
     incl = [f"k={k:g}" for k in settings.inclusion_ks]
     bins = [f"bin={b + 1}/{settings.num_bins}" for b in range(settings.num_bins)]
@@ -232,7 +233,7 @@ def summarise(results: Mapping[base.Problem, ProblemProbes] | Sequence[tuple],
     stratum's problems and its standard error (``nan`` from one problem), or with
     ``per_problem`` one per (problem, probe, parameter)."""
     items = list(results.items() if isinstance(results, Mapping) else results)
-    labels = _parameters(settings)
+    labels = parameter_labels(settings)
     records = []
     if per_problem:
         for problem, result in items:

@@ -28,6 +28,7 @@ from typing import Any
 from neural_testbed.diagnostics import report as diagnostics_report
 
 __all__ = [
+    "COMPARE_METRICS",
     "SELECTIONS",
     "TUNINGS",
     "compare_agents",
@@ -49,6 +50,13 @@ SELECTIONS: Mapping[str, str] = types.MappingProxyType({
 })
 
 _LEVEL = 0.05  # significance level of the verdicts
+
+# The per-problem scalars `compare` takes, and whether higher is better: d_KL, a
+# regression row's metacorrelation and XLL (diagnostics), the studies' TAL score and
+# self-certainty (leaderboard.studies).
+COMPARE_METRICS: Mapping[str, bool] = types.MappingProxyType({
+    "kl": False, "metacorrelation": True, "xll": True, "tal": True, "self_certainty": False,
+})
 
 
 @dataclasses.dataclass
@@ -133,16 +141,22 @@ def _p_value(mean: float, stderr: float, df: int) -> float:
     return float(2 * stats.t.sf(abs(mean / stderr), df))
 
 
-def _verdict(mean: float, p_value: float) -> str:
+def _verdict(mean: float, p_value: float, higher_is_better: bool = False) -> str:
     if math.isnan(p_value):
         return "n/a"
     if p_value >= _LEVEL:
         return "n.s."
-    return "better" if mean < 0 else "worse"
+    return "better" if (mean > 0 if higher_is_better else mean < 0) else "worse"
 
 
-def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any]):
-    """candidate -> problem id -> scores, from ok rows of the sweep's problems.
+PerProblem = Mapping[tuple[str, str, int, str], Mapping[str, float]]
+
+
+def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
+             per_problem: PerProblem | None = None):
+    """candidate -> problem id -> scores, from ok rows of the sweep's problems; each
+    problem's diagnostics gain the ``per_problem`` values of its (agent, config hash,
+    agent seed, problem id).
 
     Raises:
       ValueError: if those rows mix metrics (KL and NLL): a mean over both means nothing.
@@ -170,6 +184,9 @@ def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any]):
                                  for k, v in json.loads(r["diagnostics"]).items()
                                  if k in diagnostics_report.ROW_METRICS}
         s.seconds += r["eval_seconds"]
+    for (agent, chash, _, seed), by_pid in scores.items():
+        for pid, s in by_pid.items():
+            s.diagnostics.update((per_problem or {}).get((agent, chash, seed, pid), {}))
     if len(metrics) > 1:
         raise ValueError(f"the rows of this sweep mix metrics ({', '.join(sorted(metrics))}); "
                          "score problems with and without an exact likelihood separately")
@@ -261,6 +278,7 @@ def score_agents(
     tuning: str = "global",
     baseline: str = "mlp",
     selection: str = "same",
+    per_problem: PerProblem | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The leaderboard: one record per agent, sorted by d_KL^agg.
 
@@ -280,11 +298,20 @@ def score_agents(
       selection: ``"same"`` (choose configs on every problem and report on them)
         or ``"held-out"`` (choose on half the seeds, report on the rest); see
         :data:`SELECTIONS`.
+      per_problem: more per-problem values, by (agent, config hash, agent seed,
+        problem id) and name (e.g. the studies' ``tal``, see
+        :func:`neural_testbed.leaderboard.studies.per_problem_metrics`).
+
+    Each diagnostics scalar (and each name of ``per_problem``) gets the mean over
+    the reported problems that have it and its stratified ``<name>_stderr``
+    (NaN where none has it).
 
     Returns:
       The records and a list of warnings (e.g. no baseline results).
     """
-    scores, configs, metric = _collect(rows, problems)
+    scores, configs, metric = _collect(rows, problems, per_problem)
+    names = list(dict.fromkeys([*diagnostics_report.ROW_METRICS,
+                                *(n for values in (per_problem or {}).values() for n in values)]))
     halves = _halves(problems, selection)
     taus = _taus(problems)
     agents = sorted({c[0] for c in scores})
@@ -309,10 +336,10 @@ def score_agents(
         record["kl_agg"] = sum(record[f"kl_{tau}"] / tau for tau in taus)
         record["accuracy"] = _mean([s.accuracy for s in by_pid.values()])
         record["ece"] = _mean([s.ece for s in by_pid.values()])
-        for name in diagnostics_report.ROW_METRICS:  # means over the problems whose rows have it
-            values = [s.diagnostics[name] for s in by_pid.values()
-                      if not math.isnan(s.diagnostics.get(name, math.nan))]
-            record[name] = _mean(values)
+        for name in names:  # over the problems that have it
+            record[name], record[f"{name}_stderr"] = _stratified(
+                (_setting(problems[pid]), s.diagnostics[name]) for pid, s in by_pid.items()
+                if not math.isnan(s.diagnostics.get(name, math.nan)))[:2]
         record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
         record["problems"] = len(by_pid)
         record["of"] = len(halves[1])
@@ -349,9 +376,9 @@ def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> l
     return notes
 
 
-def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None, tau: int,
-                pairs: Sequence[tuple[Setting, float]], of: int, clipped: int,
-                selection: str) -> dict[str, Any]:
+def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
+                tau: int | None, pairs: Sequence[tuple[Setting, float]], of: int, clipped: int,
+                selection: str, metric: str = "kl") -> dict[str, Any]:
     """One paired comparison: stratified mean difference, its stderr and t-test.
 
     Degrees of freedom: pairs minus strata (each setting's mean is estimated).
@@ -359,13 +386,21 @@ def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None, 
     mean, se, strata = _stratified(pairs)
     df = len(pairs) - strata
     p_value = _p_value(mean, se, df)
+    where = {"temperature": setting[0] if setting else None,
+             "num_train": setting[1] if setting else None}
+    verdict = _verdict(mean, p_value, COMPARE_METRICS[metric])
+    if metric == "kl":
+        return {
+            "scope": scope, "agent": agent, "baseline": baseline, **where,
+            "tau": tau, "kl_diff": mean, "stderr": se, "p_value": p_value, "df": df,
+            "pairs": len(pairs), "verdict": verdict, "clipped": clipped,
+            "flag": _flag(of - len(pairs), of, clipped), "selection": selection,
+        }
     return {
-        "scope": scope, "agent": agent, "baseline": baseline,
-        "temperature": setting[0] if setting else None,
-        "num_train": setting[1] if setting else None,
-        "tau": tau, "kl_diff": mean, "stderr": se, "p_value": p_value, "df": df,
-        "pairs": len(pairs), "verdict": _verdict(mean, p_value), "clipped": clipped,
-        "flag": _flag(of - len(pairs), of, clipped), "selection": selection,
+        "scope": scope, "agent": agent, "baseline": baseline, "metric": metric, **where,
+        f"{metric}_diff": mean, "stderr": se, "p_value": p_value, "df": df,
+        "pairs": len(pairs), "verdict": verdict, "flag": _flag(of - len(pairs), of, 0),
+        "selection": selection,
     }
 
 
@@ -375,8 +410,11 @@ def compare_agents(
     agent: str,
     baselines: Sequence[str],
     selection: str = "same",
+    metric: str = "kl",
+    per_problem: PerProblem | None = None,
 ) -> list[dict[str, Any]]:
-    """Paired differences of KL (agent - baseline), pooled over the sweep, then per setting.
+    """Paired differences (agent - baseline) of KL or another per-problem metric,
+    pooled over the sweep, then per setting.
 
     Each agent uses its globally tuned config; differences are paired by
     problem. The ``scope="pooled"`` records come first, one per (baseline, tau):
@@ -388,17 +426,29 @@ def compare_agents(
     no variance estimate (a setting with one pair). ``clipped`` counts both
     agents' rows in the comparison that clipped infinite KL terms.
 
+    With ``metric`` another of :data:`COMPARE_METRICS` (a row's diagnostics
+    scalar, or a name of ``per_problem``, see :func:`score_agents`), the pairs
+    are the problems where both agents have a value, the difference is in
+    ``<metric>_diff``, records have ``metric`` and no ``tau`` or ``clipped``, and
+    ``better`` follows the metric's direction (higher for metacorrelation, xll
+    and tal, lower for kl and self_certainty).
+
     Args:
       rows: stored rows.
       problems: the sweep, problem id -> Problem.
       agent: the agent compared.
       baselines: the agents it is compared with.
       selection: ``"same"`` or ``"held-out"``, as in :func:`score_agents`.
+      metric: a name of :data:`COMPARE_METRICS` (default ``"kl"``).
+      per_problem: more per-problem values, as in :func:`score_agents`.
 
     Raises:
-      ValueError: if the agent or a baseline has no results for the sweep.
+      ValueError: if the agent or a baseline has no results for the sweep, or the
+        metric is unknown.
     """
-    scores, configs, _ = _collect(rows, problems)
+    if metric not in COMPARE_METRICS:
+        raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(COMPARE_METRICS)}")
+    scores, configs, _ = _collect(rows, problems, per_problem)
     halves = _halves(problems, selection)
     present = {c[0] for c in scores}
     for name in (agent, *baselines):
@@ -415,13 +465,23 @@ def compare_agents(
             scope = [pid for pid in report
                      if setting is None or _setting(problems[pid]) == setting]
             pids = [pid for pid in scope if pid in mine and pid in theirs]
+            kind = "pooled" if setting is None else "setting"
+            if metric != "kl":
+                values = [(pid, mine[pid].diagnostics.get(metric, math.nan),
+                           theirs[pid].diagnostics.get(metric, math.nan)) for pid in pids]
+                pairs = [(_setting(problems[pid]), a - b) for pid, a, b in values
+                         if not (math.isnan(a) or math.isnan(b))]
+                record = _comparison(kind, agent, name, setting, None, pairs, len(scope), 0,
+                                     selection, metric)
+                (pooled if setting is None else per_setting).append(record)
+                continue
             for tau in _taus(problems):
                 pairs = [(_setting(problems[pid]), mine[pid].kl[tau] - theirs[pid].kl[tau])
                          for pid in pids]
                 clipped = sum((tau in mine[pid].clipped) + (tau in theirs[pid].clipped)
                               for pid in pids)
-                record = _comparison("pooled" if setting is None else "setting", agent, name,
-                                     setting, tau, pairs, len(scope), clipped, selection)
+                record = _comparison(kind, agent, name, setting, tau, pairs, len(scope),
+                                     clipped, selection)
                 (pooled if setting is None else per_setting).append(record)
     return pooled + per_setting
 

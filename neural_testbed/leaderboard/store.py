@@ -33,6 +33,7 @@ __all__ = [
     "config_hash",
     "config_json",
     "merge_plan",
+    "study_merge_plan",
 ]
 
 DEFAULT_DB = "neural_testbed_results.db"
@@ -48,6 +49,10 @@ _ADDED_IN_3 = ("diagnostics", "TEXT")
 # that reading rows never loads them. An addition any schema-3 reader ignores, so the
 # version stays 3; a writer creates the table in a store that lacks it.
 _PREDICTIVES = "predictives"
+# Also beside the rows: per-problem results of the studies that are not rows (`tal`,
+# `probe`), one record per (agent, config, problem, study, settings), encoded by
+# leaderboard.studies. Added like the predictives table, with the version kept at 3.
+_STUDIES = "studies"
 
 
 class StoreError(Exception):
@@ -89,11 +94,53 @@ _COLUMNS = (
 COLUMNS = tuple(name for name, _ in _COLUMNS)
 _RESULT_COLUMNS = ("config", "metric", "kl", "kl_stderr", "num_clipped", "accuracy", "ece",
                    "status", "error")
+STUDY_KEY_COLUMNS = ("agent", "config_hash", "problem_id", "study", "settings_hash")
+_STUDY_COLUMNS = (
+    ("agent", "TEXT NOT NULL"),
+    ("config_hash", "TEXT NOT NULL"),
+    ("config", "TEXT NOT NULL"),  # JSON
+    ("problem_id", "TEXT NOT NULL"),
+    ("study", "TEXT NOT NULL"),  # "tal" or "probe"
+    ("settings_hash", "TEXT NOT NULL"),
+    ("settings", "TEXT NOT NULL"),  # JSON: what changes the numbers
+    ("data", "TEXT NOT NULL"),  # JSON: the problem's values
+    ("detail", "BLOB"),  # arrays beside them (the probes' per-input distance and variance)
+    ("seconds", "REAL"),
+    ("version", "TEXT NOT NULL"),
+    ("timestamp", "TEXT NOT NULL"),
+)
+STUDY_COLUMNS = tuple(name for name, _ in _STUDY_COLUMNS)
+_STUDY_RESULT_COLUMNS = ("config", "settings", "data", "detail")
 
 
 def _same(value: Any) -> Any:
     """NaN compares equal to NaN when deciding whether two rows are duplicates."""
     return "nan" if isinstance(value, float) and math.isnan(value) else value
+
+
+def _plan(records: Sequence[Mapping[str, Any]], existing: Sequence[Mapping[str, Any]],
+          key_columns: Sequence[str], result_columns: Sequence[str],
+          what: str) -> tuple[list[Mapping[str, Any]], int]:
+    """The records a merge would add and the exact duplicates; refuses a conflict."""
+    key_of = lambda r: tuple(r[c] for c in key_columns)
+    result_of = lambda r: tuple(_same(r[c]) for c in result_columns)
+    known = {key_of(r): result_of(r) for r in existing}
+    added, duplicates, conflicts = [], 0, []
+    for r in records:
+        key, result = key_of(r), result_of(r)
+        if key not in known:
+            known[key] = result
+            added.append(r)
+        elif known[key] == result:
+            duplicates += 1
+        else:
+            conflicts.append(key)
+    if conflicts:
+        shown = "; ".join(", ".join(f"{c}={v}" for c, v in zip(key_columns, key))
+                          for key in conflicts[:3])
+        raise StoreError(f"{len(conflicts)} {what}(s) conflict with {what}s already merged (same "
+                         f"key, different results), nothing was written: {shown}")
+    return added, duplicates
 
 
 def merge_plan(rows: Sequence[Mapping[str, Any]],
@@ -104,25 +151,16 @@ def merge_plan(rows: Sequence[Mapping[str, Any]],
       StoreError: if a row has the key of an existing (or earlier) row with a
         different result; nothing should then be written.
     """
-    key_of = lambda r: tuple(r[c] for c in _KEY_COLUMNS)
-    result_of = lambda r: tuple(_same(r[c]) for c in _RESULT_COLUMNS)
-    known = {key_of(r): result_of(r) for r in existing}
-    added, duplicates, conflicts = [], 0, []
-    for r in rows:
-        key, result = key_of(r), result_of(r)
-        if key not in known:
-            known[key] = result
-            added.append(r)
-        elif known[key] == result:
-            duplicates += 1
-        else:
-            conflicts.append(key)
-    if conflicts:
-        shown = "; ".join(", ".join(f"{c}={v}" for c, v in zip(_KEY_COLUMNS, key))
-                          for key in conflicts[:3])
-        raise StoreError(f"{len(conflicts)} row(s) conflict with rows already merged (same "
-                         f"key, different results), nothing was written: {shown}")
-    return added, duplicates
+    return _plan(rows, existing, _KEY_COLUMNS, _RESULT_COLUMNS, "row")
+
+
+def study_merge_plan(records: Sequence[Mapping[str, Any]],
+                     existing: Sequence[Mapping[str, Any]] = ()
+                     ) -> tuple[list[Mapping[str, Any]], int]:
+    """As :func:`merge_plan`, for study records: a conflict is the same (agent, config
+    hash, problem, study, settings hash) with another config, settings, data or detail;
+    seconds, versions and timestamps may differ."""
+    return _plan(records, existing, STUDY_KEY_COLUMNS, _STUDY_RESULT_COLUMNS, "study record")
 
 
 def _package_version() -> str:
@@ -222,9 +260,9 @@ class ResultsStore:
             else:
                 if self._migrate:
                     self._add_diagnostics_column()
-                if not self._has_predictives():
+                if not (self._has_table(_PREDICTIVES) and self._has_table(_STUDIES)):
                     with self._transaction():
-                        self._create_predictives_table()
+                        self._create_side_tables()
                 else:  # the file passed as ours: take and release the write lock once
                     self._conn.execute("BEGIN IMMEDIATE")
                     self._conn.execute("ROLLBACK")
@@ -272,25 +310,29 @@ class ResultsStore:
         with self._transaction():
             tables = {r[0] for r in self._conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables - {"meta", "results", _PREDICTIVES}:  # another program wrote it meanwhile
+            if tables - {"meta", "results", _PREDICTIVES, _STUDIES}:  # another program wrote it
                 raise StoreError(
                     f"{self.path!r} is a SQLite database but not a neural-testbed results store")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._conn.execute(
                 f"CREATE TABLE IF NOT EXISTS results ({columns}, PRIMARY KEY ({', '.join(_KEY_COLUMNS)}))")
-            self._create_predictives_table()
+            self._create_side_tables()
             self._conn.executemany(
                 "INSERT OR IGNORE INTO meta VALUES (?, ?)",
                 [("schema_version", str(SCHEMA_VERSION)), ("created_by", _package_version())])
 
-    def _create_predictives_table(self) -> None:
+    def _create_side_tables(self) -> None:
+        """The predictives and studies tables, where missing (inside a transaction)."""
         keys = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS if name in _KEY_COLUMNS)
         self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_PREDICTIVES} ({keys}, data BLOB NOT "
                            f"NULL, PRIMARY KEY ({', '.join(_KEY_COLUMNS)}))")
+        columns = ", ".join(f"{name} {kind}" for name, kind in _STUDY_COLUMNS)
+        self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_STUDIES} ({columns}, PRIMARY KEY "
+                           f"({', '.join(STUDY_KEY_COLUMNS)}))")
 
-    def _has_predictives(self) -> bool:
+    def _has_table(self, name: str) -> bool:
         return self._conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND "
-                                  "name=?", (_PREDICTIVES,)).fetchone()[0] > 0
+                                  "name=?", (name,)).fetchone()[0] > 0
 
     def _add_diagnostics_column(self) -> None:
         """Schema 2 -> 3: old rows keep a NULL ``diagnostics``."""
@@ -356,7 +398,7 @@ class ResultsStore:
                     agent_seed: int) -> dict[tuple[str, int, int, int], bytes]:
         """An agent config's stored predictives (see :mod:`leaderboard.predictives`) by
         (problem id, tau, N, M); empty for a store written before they were kept."""
-        if not self._has_predictives():
+        if not self._has_table(_PREDICTIVES):
             return {}
         cursor = self._conn.execute(
             f"SELECT problem_id, tau, num_test, num_samples, data FROM {_PREDICTIVES} WHERE "
@@ -396,12 +438,56 @@ class ResultsStore:
         missing = {c: None for c in COLUMNS if c not in names}  # a schema-2 store, read-only
         rows = [{**dict(zip(names, values)), **missing} for values in cursor]
         if predictive:
-            stored = {} if not self._has_predictives() else {
+            stored = {} if not self._has_table(_PREDICTIVES) else {
                 tuple(key): data for *key, data in self._conn.execute(
                     f"SELECT {', '.join(_KEY_COLUMNS)}, data FROM {_PREDICTIVES}")}
             for r in rows:
                 r["predictive"] = stored.get(tuple(r[c] for c in _KEY_COLUMNS))
         return rows
+
+    def write_studies(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Writes study records (see :mod:`leaderboard.studies`) in one transaction,
+        replacing records with the same key."""
+        self._check_writer()
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        version = _package_version()
+        records = [{**r, "version": version, "timestamp": now} for r in records]
+        with self._transaction():
+            self._insert_studies(records, "INSERT OR REPLACE")
+
+    def _insert_studies(self, records: Iterable[Mapping[str, Any]], verb: str) -> None:
+        self._conn.executemany(
+            f"{verb} INTO {_STUDIES} ({', '.join(STUDY_COLUMNS)}) VALUES "
+            f"({', '.join('?' * len(STUDY_COLUMNS))})",
+            [tuple(r.get(c) for c in STUDY_COLUMNS) for r in records])
+
+    def studies(self, agent: str | None = None, study: str | None = None,
+                config_hash: str | None = None,
+                settings_hash: str | None = None) -> list[dict[str, Any]]:
+        """Study records (optionally of one agent, study, config hash, settings hash) as
+        dicts, in key order; none for a store written before they were kept."""
+        if not self._has_table(_STUDIES):
+            return []
+        wanted = {"agent": agent, "study": study, "config_hash": config_hash,
+                  "settings_hash": settings_hash}
+        conditions = [(f"{name} = ?", value) for name, value in wanted.items()
+                      if value is not None]
+        query = f"SELECT {', '.join(STUDY_COLUMNS)} FROM {_STUDIES}"
+        if conditions:
+            query += " WHERE " + " AND ".join(c for c, _ in conditions)
+        query += " ORDER BY " + ", ".join(STUDY_KEY_COLUMNS)
+        cursor = self._conn.execute(query, [v for _, v in conditions])
+        return [dict(zip(STUDY_COLUMNS, values)) for values in cursor]
+
+    def merge_studies(self, records: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+        """Adds study records from another store; returns (added, exact duplicates
+        skipped). A conflict (see :func:`study_merge_plan`) writes nothing and raises
+        :class:`StoreError`."""
+        self._check_writer()
+        with self._transaction():
+            added, duplicates = study_merge_plan(records, self.studies())
+            self._insert_studies(added, "INSERT")
+        return len(added), duplicates
 
     def merge(self, rows: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
         """Adds rows from another store; returns (added, exact duplicates skipped).

@@ -12,9 +12,9 @@ from neural_testbed.active import tal
 
 @pytest.fixture
 def no_work(monkeypatch):
-    def run_tal(*args, **kwargs):
+    def iter_tal(*args, **kwargs):
         raise AssertionError("no TAL may run after a refused setting")
-    monkeypatch.setattr(tal, "run_tal", run_tal)
+    monkeypatch.setattr(tal, "iter_tal", iter_tal)
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -46,7 +46,8 @@ def test_tal_prints_each_round_per_method_and_draws_the_figure(tmp_path, capsys)
     figure = tmp_path / "tal.png"
     status = cli.main(["tal", "--agent", "oracle_gp", "--problems", "regression_wang/0",
                        "--rounds", "2", "--batch", "3", "--method", "batchmig,random",
-                       "--format", "csv", "--quiet", "--out", str(figure)])
+                       "--format", "csv", "--quiet", "--out", str(figure),
+                       "--db", str(tmp_path / "r.db")])
     assert status == 0
     out, err = capsys.readouterr()
     rows = list(csv.DictReader(io.StringIO(out)))

@@ -115,7 +115,7 @@ def test_probe_a_single_model_exactly_through_the_command(tmp_path, capsys):
     assert cli.main(["probe", "--agent", "mlp", "--set", "num_steps=10", "--problems",
                      "regression/0", "--reduction-k", "1,3", "--inclusion-k", "1", "--bins",
                      "2", "--num-samples", "10", "--format", "csv", "--quiet", "--out",
-                     str(out)]) == 0
+                     str(out), "--db", str(tmp_path / "r.db")]) == 0
     captured = capsys.readouterr()
     records = _records(captured.out)
     values = {(r["probe"], r["at"]): r for r in records}

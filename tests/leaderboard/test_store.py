@@ -218,13 +218,14 @@ def test_a_store_in_a_read_only_directory_is_refused_by_a_writer_and_read_by_a_r
 
 
 def _schema_2_store(path):
-    """A store as schema 2 wrote it: no diagnostics column, no predictives table, version 2
-    in meta."""
+    """A store as schema 2 wrote it: no diagnostics column, no predictives or studies
+    table, version 2 in meta."""
     with leaderboard.ResultsStore(path) as store:
         store.write([_result(list(PROBLEMS)[0], 1)])
     with sqlite3.connect(path) as conn:
         conn.execute("ALTER TABLE results DROP COLUMN diagnostics")
         conn.execute("DROP TABLE predictives")
+        conn.execute("DROP TABLE studies")
         conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
 
 

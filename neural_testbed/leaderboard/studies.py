@@ -1,0 +1,236 @@
+"""Per-problem results of the studies that are not rows: `tal` and `probe`.
+
+Both commands train an agent per problem and compute numbers no row holds
+(:mod:`neural_testbed.active.tal`, :mod:`neural_testbed.leaderboard.probing`).
+Each problem's result is written to the store's ``studies`` table as soon as it
+is done, one record per (agent, config hash, problem, study, settings hash),
+so an interrupted run resumes where it stopped and the leaderboard, ``compare``
+and the DataFrames can use them. The settings are those that change the
+numbers (TAL: rounds, batch, samples, agent seed, methods; probes: the k lists,
+bins, samples, agent seed), as canonical JSON beside their hash.
+
+A record's ``data`` is JSON that gives back the result exactly (float32 values
+as the float64 numbers they are, so a report from the store equals the report
+of the run that computed it):
+
+- ``tal``: ``log_likelihood`` (method -> the mean test log-likelihood before
+  and after each round), ``selected`` (method -> candidate indices per round),
+  ``num_queried`` and the agent's ``metacorrelation`` (null: not applicable);
+- ``probe``: a list of ``{"probe", "at", "value"}``, as ``probe --per-problem``
+  prints them, and in ``detail`` the per-input distance and predictive variance
+  (float32, zlib) that the variance-by-distance figure draws.
+
+Per-problem scalars for ``leaderboard --metrics`` and ``compare --metric``
+(:data:`METRICS`):
+
+- ``tal``: Wang et al.'s TAL score, BatchMIG's mean test log-likelihood after
+  the first round minus random selection's on the same problem (their Figure 4
+  scores one round, the round whose score they correlate with the
+  metacorrelation). Random selection does not use the agent, so subtracting it
+  moves every agent by the same amount on a problem: the order of agents is the
+  paper's, 0 is "no better than random", and the problem's difficulty cancels
+  from the spread. Needs a record whose methods include batchmig and random.
+- ``self_certainty``: Grover et al.'s self-certainty, the mean over the
+  training inputs of (s - sigma)^2 (0 is best).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from neural_testbed.active import tal
+from neural_testbed.leaderboard import probing
+from neural_testbed.leaderboard.configs import config_hash, config_json
+
+__all__ = ["LONG_COLUMNS", "METRICS", "STUDIES", "long_records", "per_problem_metrics",
+           "probe_record", "probe_result", "probe_settings_json", "settings_hash",
+           "stored_by_problem", "tal_record", "tal_result", "tal_score", "tal_settings_json"]
+
+STUDIES = ("tal", "probe")
+# Columns of the long form (one value per record): `export --table studies`, studies_frame.
+LONG_COLUMNS = ("agent", "config_hash", "problem_id", "study", "settings_hash", "name", "at",
+                "value")
+
+
+def settings_hash(study: str, settings: str) -> str:
+    """A stable 12-hex-digit id of a study's settings (canonical JSON)."""
+    return hashlib.sha256(f"{study}:{settings}".encode()).hexdigest()[:12]
+
+
+def _canonical(settings: Any) -> str:
+    return json.dumps(dataclasses.asdict(settings), sort_keys=True, separators=(",", ":"))
+
+
+def tal_settings_json(settings: tal.TALSettings) -> str:
+    """The settings of a TAL record: all of :class:`~neural_testbed.active.TALSettings`."""
+    return _canonical(settings)
+
+
+def probe_settings_json(settings: probing.ProbeSettings) -> str:
+    """The settings of a probe record: all of :class:`~neural_testbed.leaderboard.ProbeSettings`."""
+    return _canonical(settings)
+
+
+def _record(agent: str, config: Any, problem_id: str, study: str, settings: str,
+            data: Any, detail: bytes | None, seconds: float | None) -> dict[str, Any]:
+    return {"agent": agent, "config_hash": config_hash(agent, config),
+            "config": config_json(config), "problem_id": problem_id, "study": study,
+            "settings_hash": settings_hash(study, settings), "settings": settings,
+            "data": json.dumps(data, sort_keys=True, separators=(",", ":")),
+            "detail": detail, "seconds": seconds}
+
+
+def _finite_or_none(value: float) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def tal_record(agent: str, config: Any, result: tal.TALResult,
+               settings: tal.TALSettings) -> dict[str, Any]:
+    """The store record of one problem's TAL result."""
+    data = {"num_queried": [int(n) for n in result.num_queried],
+            "log_likelihood": {m: [float(v) for v in values]
+                               for m, values in result.log_likelihood.items()},
+            "selected": {m: np.asarray(batches).tolist() for m, batches in result.selected.items()},
+            "metacorrelation": _finite_or_none(result.metacorrelation)}
+    return _record(agent, config, result.problem_id, "tal", tal_settings_json(settings), data,
+                   None, result.seconds)
+
+
+def tal_result(record: Mapping[str, Any]) -> tal.TALResult:
+    """The :class:`~neural_testbed.active.TALResult` a record holds."""
+    data = json.loads(record["data"])
+    metacorrelation = data["metacorrelation"]
+    return tal.TALResult(
+        record["problem_id"], np.asarray(data["num_queried"]),
+        {m: np.asarray(v, float) for m, v in data["log_likelihood"].items()},
+        {m: np.asarray(v, int) for m, v in data["selected"].items()},
+        math.nan if metacorrelation is None else metacorrelation, record["seconds"])
+
+
+_ARRAYS = ("distance", "variance")  # the per-input arrays kept in ``detail``
+
+
+def probe_record(agent: str, config: Any, problem_id: str, result: probing.ProblemProbes,
+                 settings: probing.ProbeSettings, seconds: float | None = None
+                 ) -> dict[str, Any]:
+    """The store record of one problem's probes."""
+    labels = probing.parameter_labels(settings)
+    data = [{"probe": name, "at": at, "value": float(value)}
+            for name in probing.PROBES
+            for at, value in zip(labels[name], np.atleast_1d(getattr(result, name)))]
+    arrays = np.stack([np.asarray(getattr(result, name), "<f4") for name in _ARRAYS])
+    return _record(agent, config, problem_id, "probe", probe_settings_json(settings), data,
+                   zlib.compress(arrays.tobytes(), 6), seconds)
+
+
+def probe_result(record: Mapping[str, Any]) -> probing.ProblemProbes:
+    """The :class:`~neural_testbed.leaderboard.probing.ProblemProbes` a record holds
+    (float32, as computed)."""
+    values: dict[str, list[float]] = {}
+    for entry in json.loads(record["data"]):
+        values.setdefault(entry["probe"], []).append(entry["value"])
+    arrays = np.frombuffer(zlib.decompress(record["detail"]), "<f4").reshape(len(_ARRAYS), -1)
+    fields = {name: np.asarray(v if name != "self_certainty" else v[0], np.float32)
+              for name, v in values.items()}
+    fields.update(zip(_ARRAYS, (np.array(a) for a in arrays)))
+    return probing.ProblemProbes(**fields)
+
+
+def stored_by_problem(store, agent: str, config: Any, study: str,
+                      settings: str) -> dict[str, dict[str, Any]]:
+    """The records of an agent config's study with these settings, by problem id."""
+    return {r["problem_id"]: r for r in store.studies(
+        agent=agent, study=study, config_hash=config_hash(agent, config),
+        settings_hash=settings_hash(study, settings))}
+
+
+def tal_score(data: Mapping[str, Any]) -> float:
+    """Wang et al.'s TAL score of one problem (module docstring): BatchMIG's test
+    log-likelihood after round 1 minus random's; NaN without both or without a round."""
+    curves = data["log_likelihood"]
+    if "batchmig" not in curves or "random" not in curves or len(curves["batchmig"]) < 2:
+        return math.nan
+    return curves["batchmig"][1] - curves["random"][1]
+
+
+def _self_certainty(data: Sequence[Mapping[str, Any]]) -> float:
+    return next(e["value"] for e in data if e["probe"] == "self_certainty")
+
+
+# name -> (study, the per-problem value from a record's data, higher is better)
+METRICS: Mapping[str, tuple[str, Callable[[Any], float], bool]] = {
+    "tal": ("tal", tal_score, True),
+    "self_certainty": ("probe", _self_certainty, False),
+}
+
+
+def per_problem_metrics(records: Iterable[Mapping[str, Any]], problem_ids: Iterable[str]
+                        ) -> tuple[dict[tuple[str, str, int, str], dict[str, float]], list[str]]:
+    """The :data:`METRICS` of each (agent, config hash, agent seed, problem id), for
+    :func:`~neural_testbed.leaderboard.scoring.score_agents`, and notes.
+
+    An agent config may hold records of a study under several settings: each metric
+    then comes from the settings that give it on the most of ``problem_ids`` (ties:
+    the smallest settings hash), and a note says so. Settings are never mixed
+    within a metric of one config.
+    """
+    wanted = set(problem_ids)
+    # (agent, config, seed, metric) -> settings hash -> problem -> value
+    found: dict[tuple, dict[str, dict[str, float]]] = {}
+    for r in records:
+        if r["problem_id"] not in wanted:
+            continue
+        seed = json.loads(r["settings"])["agent_seed"]
+        data = json.loads(r["data"])
+        for name, (study, value_of, _) in METRICS.items():
+            if r["study"] != study:
+                continue
+            value = value_of(data)
+            if not math.isnan(value):
+                found.setdefault((r["agent"], r["config_hash"], seed, name), {}).setdefault(
+                    r["settings_hash"], {})[r["problem_id"]] = value
+    values: dict[tuple[str, str, int, str], dict[str, float]] = {}
+    notes = []
+    for (agent, chash, seed, name), by_settings in sorted(found.items()):
+        chosen = min(by_settings, key=lambda h: (-len(by_settings[h]), h))
+        if len(by_settings) > 1:
+            notes.append(f"{name} of {agent} (config {chash}, seed {seed}): records under "
+                         f"{len(by_settings)} settings; used settings {chosen}, stored for "
+                         f"{len(by_settings[chosen])} problems of the sweep")
+        for pid, value in by_settings[chosen].items():
+            values.setdefault((agent, chash, seed, pid), {})[name] = value
+    return values, notes
+
+
+def long_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Study records in long form, one value per record (:data:`LONG_COLUMNS`).
+
+    TAL: ``name`` a method and ``at`` ``round=R`` (the test log-likelihood after R
+    rounds; 0: before any query), then ``name="metacorrelation"``; probes: ``name``
+    a probe and ``at`` its parameter, as ``probe --per-problem`` prints them. The
+    selected indices and the per-input arrays stay in the store.
+    """
+    out = []
+    for r in records:
+        where = {c: r[c] for c in LONG_COLUMNS[:5]}
+        data = json.loads(r["data"])
+        if r["study"] == "tal":
+            for method, curve in data["log_likelihood"].items():
+                out.extend({**where, "name": method, "at": f"round={i}", "value": v}
+                           for i, v in enumerate(curve))
+            meta = data["metacorrelation"]
+            out.append({**where, "name": "metacorrelation", "at": "",
+                        "value": math.nan if meta is None else meta})
+        else:
+            out.extend({**where, "name": e["probe"], "at": e["at"], "value": e["value"]}
+                       for e in data)
+    return out
