@@ -663,6 +663,11 @@ def _cmd_sweep(args) -> int:
 def _stored_rows(args) -> list[dict[str, Any]]:
     with store_lib.ResultsStore(args.db, create=False) as store:
         rows = store.rows()
+        studies = not rows and bool(store.studies())
+    if studies:  # tal/probe records are shown beside an agent's `run` rows, not alone
+        raise store_lib.StoreError(f"{args.db!r} holds tal/probe records but no `run` rows "
+                                   f"yet: run the agent on the sweep, or export them with "
+                                   f"`export --table studies`")
     if not rows:
         raise store_lib.StoreError(f"{args.db!r} holds no results yet")
     return rows
