@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import platform
 import statistics
 import time
@@ -58,8 +59,10 @@ def main() -> None:
         records, _ = scoring.score_agents([dataclasses.asdict(r) for r in rows], dict(problems),
                                           baseline="")
         taus = sorted({r.tau for r in rows})
-        kls = ", ".join(f"tau {t}: {records[0][f'kl_{t}']:.3f} ± {records[0][f'kl_{t}_stderr']:.3f}"
-                        for t in taus)
+        # One problem per setting (--seeds 1) has no within-setting spread: no ± then.
+        kls = ", ".join(f"tau {t}: {records[0][f'kl_{t}']:.3f}" + (
+            f" ± {records[0][f'kl_{t}_stderr']:.3f}"
+            if math.isfinite(records[0][f"kl_{t}_stderr"]) else "") for t in taus)
         print(f"{name:<12}{train:>9.2f}{largest:>8.1f}{evaluate:>9.2f}{compile_seconds:>11.1f}"
               f"{wall:>9.1f}  {kls}", flush=True)
 

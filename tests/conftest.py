@@ -18,9 +18,18 @@ programs are the same, LLVM just does not optimise them, which halves compile ti
 (the order of a few float operations may differ), so a test that compares two
 programs bit for bit compares programs compiled alike. ``JAX_DISABLE_MOST_OPTIMIZATIONS=0``
 tests optimised code.
+
+And without XLA's CPU fusion emitters (``--xla_cpu_use_fusion_emitters=false`` in
+``XLA_FLAGS``, inherited likewise): fused loops are emitted by the older elemental
+emitter, which compiles about a third faster (an ensemble+ training program and 160
+single operations: 5.9 -> 4.0 s and 7.1 -> 4.7 s) with the same results to float32
+rounding. The flag is set only if this JAX's XLA accepts it (XLA ends a process on an
+unknown flag, so one short subprocess checks first); ``XLA_FLAGS`` that already name
+it are left as they are.
 """
 
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -34,7 +43,23 @@ _SETTINGS = {
 }
 
 
+_FAST_COMPILE_FLAG = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _add_fast_compile_flag():
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_use_fusion_emitters" in flags:  # set already (by the user, or for workers)
+        return
+    flags = f"{flags} {_FAST_COMPILE_FLAG}".strip()
+    check = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(1) + 1"],
+                           env=dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu"),
+                           capture_output=True, timeout=120)
+    if check.returncode == 0:
+        os.environ["XLA_FLAGS"] = flags
+
+
 def pytest_configure(config):
+    _add_fast_compile_flag()  # before any test starts JAX's backend, which reads XLA_FLAGS
     cache = getattr(config, "cache", None)
     if cache is not None:
         directory = str(cache.mkdir("xla"))
