@@ -96,8 +96,8 @@ def test_the_probes_arithmetic_on_hand_made_cases():
     assert float(_self_certainty(np.full(4, sigma, np.float32), NOISE)) == 0.0
     np.testing.assert_allclose(_self_certainty(np.array([sigma, 3 * sigma], np.float32), NOISE),
                                2 * NOISE, rtol=1e-6)  # mean of 0 and (2 sigma)^2
-    f, mean, std = np.zeros(4, np.float32), np.array([0.5, 1.5, 2.5, -3.5], np.float32), \
-        np.ones(4, np.float32)
+    f, std = np.zeros(4, np.float32), np.ones(4, np.float32)
+    mean = np.array([0.5, 1.5, 2.5, -3.5], np.float32)
     np.testing.assert_allclose(_inclusion(f, mean, std, (1.0, 2.0, 3.0, 4.0)),
                                [0.25, 0.5, 0.75, 1.0])
     np.testing.assert_allclose(_uncertainty_reduction(np.array([2.0, 1.0], np.float32),
