@@ -58,20 +58,24 @@ def test_the_oracles_metacorrelation_is_one(oracle_results):
 
 def test_the_score_is_the_exact_posteriors_mean_marginal_log_likelihood():
     data, prior, env = PROBLEMS[0].instance()
-    x, f = np.asarray(env.pool_x[:40], np.float64), np.asarray(env.pool_f[:40], np.float64)
+    x, f = np.asarray(env.pool_x, np.float64)[:40], np.asarray(env.pool_f, np.float64)[:40]
     y = f + 0.1 * np.sin(np.arange(40))  # any labels
     noise = float(prior.noise_variance)
     xt, yt = np.asarray(data.x, np.float64), np.asarray(data.y, np.float64)
-
-    def k(a, b):  # the environment's prior covariance, in float64
-        return np.asarray(gp_regression.prior_covariance("relu_nngp", jnp.asarray(a),
-                                                         jnp.asarray(b)), np.float64)
-    gram_inverse = np.linalg.inv(k(xt, xt) + noise * np.eye(len(xt)))
-    mean = k(x, xt) @ gram_inverse @ yt
-    variance = np.diag(k(x, x) - k(x, xt) @ gram_inverse @ k(xt, x)) + noise
+    # The environment's prior covariance of the training and pool inputs together, in one
+    # program, then float64: the pool inputs are not training inputs, so each block is the
+    # covariance of its two input sets.
+    z = np.concatenate([xt, x]).astype(np.float32)
+    joint = np.asarray(jax.jit(gp_regression.prior_covariance, static_argnums=0)(
+        "relu_nngp", z, z), np.float64)
+    t = len(xt)
+    k_train, k_cross, k_pool = joint[:t, :t], joint[t:, :t], joint[t:, t:]
+    gram_inverse = np.linalg.inv(k_train + noise * np.eye(t))
+    mean = k_cross @ gram_inverse @ yt
+    variance = np.diag(k_pool - k_cross @ gram_inverse @ k_cross.T) + noise
     expected = np.mean(-0.5 * ((y - mean) ** 2 / variance + np.log(2 * np.pi * variance)))
-    score = tal.prediction_log_likelihood("relu_nngp", data, noise, env.pool_x[:40],
-                                          jnp.asarray(y, jnp.float32))
+    score = tal.prediction_log_likelihood("relu_nngp", data, noise, x.astype(np.float32),
+                                          y.astype(np.float32))
     np.testing.assert_allclose(float(score), expected, rtol=2e-3)
 
 
@@ -85,7 +89,7 @@ def _line_enn(slopes=None):
 
 
 def test_the_selection_covariance_is_the_members_or_the_samples():
-    x = jnp.array([[1.0, 0.0], [2.0, 5.0], [-1.0, 1.0]])
+    x = np.array([[1.0, 0.0], [2.0, 5.0], [-1.0, 1.0]], np.float32)
     outer = np.outer(x[:, 0], x[:, 0])
     # An ensemble of 4 members: exactly its members' (population) covariance.
     members = tal._covariance_program(_line_enn([0.0, 1.0, 2.0, 5.0]), 1000)
@@ -93,7 +97,7 @@ def test_the_selection_covariance_is_the_members_or_the_samples():
                                np.var([0.0, 1.0, 2.0, 5.0]) * outer, rtol=1e-5)
     # Random indices: M = 4000 samples of a ~ N(0, 1); the sample variance of a has
     # standard error sqrt(2 / M), tolerance 4 of them.
-    sampled = tal._covariance_program(_line_enn(), 4000)(jax.random.key(1), None, x)
+    sampled = np.asarray(tal._covariance_program(_line_enn(), 4000)(jax.random.key(1), None, x))
     scale = float(sampled[0, 0])
     assert abs(scale - 1) < 4 * math.sqrt(2 / 4000), scale
     np.testing.assert_allclose(sampled, scale * outer, rtol=1e-4, atol=1e-6)

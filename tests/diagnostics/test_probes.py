@@ -19,6 +19,15 @@ from neural_testbed.leaderboard import probing
 
 NOISE = 0.1  # a large noise, so that s and the posterior's spread of f differ clearly
 
+# The probes under test, each compiled as one program (not op by op).
+_belief_samples = jax.jit(probes.belief_samples, static_argnums=(1, 4))
+_moments = jax.jit(probes.moments)
+_self_certainty = jax.jit(probes.self_certainty)
+_inclusion = jax.jit(probes.inclusion, static_argnums=3)
+_uncertainty_increase = jax.jit(probes.uncertainty_increase, static_argnums=3)
+_uncertainty_reduction = jax.jit(probes.uncertainty_reduction)
+_nearest_training_input = jax.jit(probes.nearest_training_input)
+
 
 def _problem(num_train, seed, input_dim=2):
     return gp_regression.GPRegressionProblem(
@@ -54,48 +63,58 @@ def _mean_and_se(values):
 
 def test_belief_samples_see_every_input_and_weigh_members_by_their_draws():
     # 300 inputs: two calls of at most 256, the second padded.
-    x = jnp.arange(300.0)[:, None]
+    x = np.arange(300.0, dtype=np.float32)[:, None]
     members = base.ENN(lambda state, x, index: x * (index + 1.0),
                        lambda key: jax.random.randint(key, (), 0, 3), num_indices=3)
     key = jax.random.key(0)
-    belief = probes.belief_samples(key, members, None, x, 1000)
+
+    def indices(enn, num):  # the indices belief_samples draws from key
+        return jax.jit(lambda key: jax.vmap(enn.sample_index)(jax.random.split(key, num)))(key)
+
+    belief = _belief_samples(key, members, None, x, 1000)
     np.testing.assert_array_equal(belief.values, np.arange(1, 4)[:, None] * np.arange(300.0))
-    drawn = jax.vmap(members.sample_index)(jax.random.split(key, 1000))
+    drawn = indices(members, 1000)
     np.testing.assert_allclose(belief.weights, np.bincount(drawn, minlength=3) / 1000)
-    mean, variance = probes.moments(belief)
+    mean, variance = _moments(belief)
     w = np.asarray(belief.weights)
     expected_mean = (w @ np.arange(1, 4)) * np.arange(300.0)
     np.testing.assert_allclose(mean, expected_mean, rtol=1e-5)
     np.testing.assert_allclose(variance, (w @ np.arange(1, 4) ** 2 - (w @ np.arange(1, 4)) ** 2)
                                * np.arange(300.0) ** 2, rtol=1e-3, atol=1e-3)
     continuous = base.ENN(lambda state, x, index: x + index, lambda key: jax.random.normal(key))
+    # Not jitted whole: there XLA computes one of these normal draws one ulp off the
+    # stand-alone draw, which near 0 is above this rtol.
     belief = probes.belief_samples(key, continuous, None, x[:5], 7)
-    index = jax.vmap(continuous.sample_index)(jax.random.split(key, 7))
-    np.testing.assert_allclose(belief.values, index[:, None] + np.arange(5.0), rtol=1e-6)
+    index = np.asarray(indices(continuous, 7))
+    np.testing.assert_allclose(belief.values, index[:, None] + np.arange(5.0, dtype=np.float32),
+                               rtol=1e-6)  # x + index in float32, as the ENN adds them
     np.testing.assert_allclose(belief.weights, np.full(7, 1 / 7))
 
 
 def test_the_probes_arithmetic_on_hand_made_cases():
     sigma = np.sqrt(NOISE)
-    assert float(probes.self_certainty(jnp.full(4, sigma), NOISE)) == 0.0
-    np.testing.assert_allclose(probes.self_certainty(jnp.array([sigma, 3 * sigma]), NOISE),
+    assert float(_self_certainty(np.full(4, sigma, np.float32), NOISE)) == 0.0
+    np.testing.assert_allclose(_self_certainty(np.array([sigma, 3 * sigma], np.float32), NOISE),
                                2 * NOISE, rtol=1e-6)  # mean of 0 and (2 sigma)^2
-    f, mean, std = jnp.zeros(4), jnp.array([0.5, 1.5, 2.5, -3.5]), jnp.ones(4)
-    np.testing.assert_allclose(probes.inclusion(f, mean, std, (1.0, 2.0, 3.0, 4.0)),
+    f, std = np.zeros(4, np.float32), np.ones(4, np.float32)
+    mean = np.array([0.5, 1.5, 2.5, -3.5], np.float32)
+    np.testing.assert_allclose(_inclusion(f, mean, std, (1.0, 2.0, 3.0, 4.0)),
                                [0.25, 0.5, 0.75, 1.0])
-    np.testing.assert_allclose(probes.uncertainty_reduction(jnp.array([2.0, 1.0]),
-                                                            jnp.array([1.0, 1.5])), [0.75, 0.25])
+    np.testing.assert_allclose(_uncertainty_reduction(np.array([2.0, 1.0], np.float32),
+                                                      np.array([1.0, 1.5], np.float32)),
+                               [0.75, 0.25])
     # Ten inputs at distances 1..10 (shuffled) in two bins: delta = 3 and 8.
-    distance = jnp.array([7.0, 2.0, 9.0, 1.0, 5.0, 10.0, 3.0, 4.0, 8.0, 6.0])
+    distance = np.array([7.0, 2.0, 9.0, 1.0, 5.0, 10.0, 3.0, 4.0, 8.0, 6.0], np.float32)
     increased = distance % 2 == 1  # odd distances: s above s at the nearest training input
-    std = jnp.where(increased, 2.0, 1.0)
-    delta, ui = probes.uncertainty_increase(distance, std, jnp.full(10, 1.5), 2)
+    std = np.where(increased, 2.0, 1.0).astype(np.float32)
+    delta, ui = _uncertainty_increase(distance, std, np.full(10, 1.5, np.float32), 2)
     np.testing.assert_allclose(delta, [3.0, 8.0])
     np.testing.assert_allclose(ui, [0.6, 0.4])  # {1, 3, 5} of 1..5, {7, 9} of 6..10
     with pytest.raises(ValueError, match="num_bins must be an integer from 1 to"):
-        probes.uncertainty_increase(distance, std, std, 11)
-    x = jnp.array([[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]])
-    distance, nearest = probes.nearest_training_input(jnp.array([[0.0, 0.0], [3.0, 0.0]]), x)
+        _uncertainty_increase(distance, std, std, 11)
+    x = np.array([[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]], np.float32)
+    distance, nearest = _nearest_training_input(np.array([[0.0, 0.0], [3.0, 0.0]], np.float32),
+                                                x)
     np.testing.assert_allclose(distance, [0.0, 4.0, 1.0])
     np.testing.assert_array_equal(nearest, [0, 1, 0])
 
@@ -144,7 +163,7 @@ def test_the_exact_posteriors_inclusion_is_what_it_expects(thirty_problems):
     ks = (1.0, 2.0)
     measured, expected = [], []
     for p in thirty_problems:
-        measured.append(probes.inclusion(p["pool_f"], p["mean"], p["std"], ks))
+        measured.append(_inclusion(p["pool_f"], p["mean"], p["std"], ks))
         ratio = np.asarray(p["std"]) / np.sqrt(np.asarray(p["variance"]))
         expected.append(np.mean(2 * norm.cdf(np.array(ks)[:, None] * ratio) - 1, axis=1))
     mean, se = _mean_and_se(np.array(measured) - np.array(expected))
@@ -173,18 +192,24 @@ def _retrained_and_closed_form(instance, added, k):
     return before, after, closed
 
 
+@jax.jit
+def _reductions(before, after, closed):
+    """Uncertainty-reduction from ``before`` to ``after`` (retrained) and to ``closed``."""
+    std = probes.predictive_std(before, NOISE)
+    return (probes.uncertainty_reduction(std, probes.predictive_std(after, NOISE)),
+            probes.uncertainty_reduction(std, probes.predictive_std(closed, NOISE)))
+
+
 def test_retraining_the_exact_posterior_on_k_more_pairs_is_conditioning_on_them():
     instance = _problem(10, 0).instance()
-    added = probing.added_data(jax.random.key(5), instance.env, 10)
+    added = jax.jit(probing.added_data, static_argnums=2)(jax.random.key(5), instance.env, 10)
     assert len(set(map(tuple, np.asarray(added.x)))) == 10  # distinct pool inputs
     for k in (1, 5, 10):
         before, after, closed = _retrained_and_closed_form(instance, added, k)
         # float32: the two routes factorise different matrices (condition numbers up to
         # about 1e3), so they agree to about 1e-4 of the prior variance, not bit for bit.
         np.testing.assert_allclose(after, closed, atol=3e-4)
-        std = probes.predictive_std(before, NOISE)
-        reduction = probes.uncertainty_reduction(std, probes.predictive_std(after, NOISE))
-        exact = probes.uncertainty_reduction(std, probes.predictive_std(closed, NOISE))
+        reduction, exact = _reductions(before, after, closed)
         np.testing.assert_allclose(reduction, exact, rtol=1e-3)
         assert float(reduction[1]) == pytest.approx(float(reduction[0]), rel=1e-3)  # never rises
         assert float(reduction[0]) > 0

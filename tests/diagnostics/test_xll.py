@@ -3,7 +3,6 @@ own XLL is its joint log-likelihood, a model's own marginals do not matter, and 
 correlations beat independence by the expected log-determinant."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
@@ -18,6 +17,13 @@ COVARIANCE = (SCALES[:, None] * SCALES[None, :]
 MEAN = np.sin(X)
 Y = MEAN + np.linalg.cholesky(COVARIANCE) @ np.random.default_rng(0).normal(size=len(X))
 
+# The functions under test, each compiled as one program (not op by op).
+_top_correlated_batches = jax.jit(xll.top_correlated_batches, static_argnums=1)
+_cross_normalized_log_likelihood = jax.jit(xll.cross_normalized_log_likelihood,
+                                           static_argnums=4)
+_xll_matrix = jax.jit(xll.xll_matrix, static_argnums=3)
+_xll_ranks = jax.jit(xll.xll_ranks)
+
 
 def _batches_by_distance(batch_size):
     """Each anchor, then its nearest points on the line (the most correlated)."""
@@ -27,7 +33,7 @@ def _batches_by_distance(batch_size):
 def test_batches_are_each_anchor_and_its_most_correlated_points():
     # Flipping a point's sign makes its correlations negative: absolute values still rank.
     flip = np.where(np.arange(len(X)) == 4, -1.0, 1.0)
-    batches = xll.top_correlated_batches(jnp.asarray(flip[:, None] * COVARIANCE * flip), 3)
+    batches = _top_correlated_batches(flip[:, None] * COVARIANCE * flip, 3)
     expected = _batches_by_distance(3)
     np.testing.assert_array_equal(np.asarray(batches)[:, 0], np.arange(len(X)))
     for got, want in zip(np.asarray(batches), expected):  # order of equal distances aside
@@ -35,7 +41,7 @@ def test_batches_are_each_anchor_and_its_most_correlated_points():
 
 
 def test_the_references_own_xll_is_its_joint_log_likelihood():
-    value = xll.cross_normalized_log_likelihood(Y, MEAN, COVARIANCE, COVARIANCE, 5)
+    value = _cross_normalized_log_likelihood(Y, MEAN, COVARIANCE, COVARIANCE, 5)
     direct = np.mean([stats.multivariate_normal(MEAN[b], COVARIANCE[np.ix_(b, b)]).logpdf(Y[b])
                       for b in _batches_by_distance(5)])
     np.testing.assert_allclose(float(value), direct, rtol=1e-5)
@@ -47,11 +53,11 @@ def test_a_models_own_means_and_variances_do_not_change_its_xll():
     rescaled = scale[:, None] * other * scale[None, :]
     means = np.stack([MEAN, MEAN, MEAN + 3.0])
     covariances = np.stack([COVARIANCE, other, rescaled])
-    matrix = np.asarray(xll.xll_matrix(Y, means, covariances, 5))
+    matrix = np.asarray(_xll_matrix(Y, means, covariances, 5))
     # Under references 0 and 1, models 1 and 2 (same correlations) score the same ...
     np.testing.assert_allclose(matrix[:2, 1], matrix[:2, 2], rtol=1e-5)
     # ... and each entry is equation 3 with that reference's marginals.
-    np.testing.assert_allclose(matrix[0, 1], float(xll.cross_normalized_log_likelihood(
+    np.testing.assert_allclose(matrix[0, 1], float(_cross_normalized_log_likelihood(
         Y, MEAN, COVARIANCE, other, 5)), rtol=1e-5)
     # As the reference, model 2's shifted means and scaled variances do matter.
     assert abs(matrix[2, 0] - matrix[1, 0]) > 1.0
@@ -78,7 +84,8 @@ def test_true_correlations_beat_independence_by_the_expected_log_determinant():
 
 
 def test_ranks_are_zero_for_the_best_share_ties_and_put_nan_last():
-    ranks = xll.xll_ranks(jnp.array([[1.0, 3.0, 2.0], [5.0, 5.0, 0.0], [np.nan, 1.0, 2.0]]))
+    ranks = _xll_ranks(np.array([[1.0, 3.0, 2.0], [5.0, 5.0, 0.0], [np.nan, 1.0, 2.0]],
+                                np.float32))
     np.testing.assert_array_equal(np.asarray(ranks), [[2, 0, 1], [0.5, 0.5, 2], [2, 1, 0]])
 
 
@@ -87,20 +94,26 @@ def test_algorithm_2_averages_scores_and_ranks_over_the_references():
     means = np.stack([MEAN, MEAN + 0.1, MEAN - 0.2])
     covariances = np.stack([COVARIANCE, independent, 4.0 * COVARIANCE])
     scores, ranks = xll.xll_and_xllr(Y, means, covariances, batch_size=4)
-    matrix = np.asarray(xll.xll_matrix(Y, means, covariances, 4))
+    matrix = np.asarray(_xll_matrix(Y, means, covariances, 4))
     np.testing.assert_allclose(np.asarray(scores), matrix.mean(0), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(ranks), np.asarray(xll.xll_ranks(matrix)).mean(0))
+    np.testing.assert_allclose(np.asarray(ranks), np.asarray(_xll_ranks(matrix)).mean(0))
     # Models 0 and 2 have the same correlations (4 x: bit for bit): they tie everywhere.
     np.testing.assert_allclose(matrix[:, 0], matrix[:, 2], rtol=1e-5)
     assert np.asarray(ranks)[0] == np.asarray(ranks)[2]
 
 
 def test_the_predictive_of_weighted_members_has_their_moments():
-    members = jax.random.normal(jax.random.key(0), (4, 6))
-    weights = jnp.array([0.1, 0.2, 0.3, 0.4])
-    belief = xll.predictive(members, weights, 0.01)
-    mean = np.asarray(weights) @ np.asarray(members)
-    centred = np.asarray(members) - mean
-    expected = (centred.T * np.asarray(weights)) @ centred + 0.01 * np.eye(6)
-    np.testing.assert_allclose(np.asarray(belief.mean), mean, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(belief.covariance()), expected, rtol=1e-4, atol=1e-6)
+    members = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
+    weights = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+
+    @jax.jit
+    def moments(members, weights):
+        belief = xll.predictive(members, weights, 0.01)
+        return belief.mean, belief.covariance()
+
+    belief_mean, belief_covariance = moments(members, weights)
+    mean = weights.astype(np.float64) @ members.astype(np.float64)
+    centred = members.astype(np.float64) - mean
+    expected = (centred.T * weights.astype(np.float64)) @ centred + 0.01 * np.eye(6)
+    np.testing.assert_allclose(np.asarray(belief_mean), mean, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(belief_covariance), expected, rtol=1e-4, atol=1e-6)

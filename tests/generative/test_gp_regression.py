@@ -12,6 +12,11 @@ from scipy import stats
 from neural_testbed import base, networks
 from neural_testbed.generative import gp_regression, kernels
 
+# The library functions under test, each compiled as one program (not op by op).
+_relu_nngp_kernel = jax.jit(kernels.relu_nngp_kernel)
+_prior_covariance = jax.jit(gp_regression.prior_covariance, static_argnums=0)
+_log_marginal_likelihood = jax.jit(gp_regression.log_marginal_likelihood, static_argnums=0)
+
 
 @pytest.mark.parametrize("weight_variance, bias_variance", [(1.0, 1.0), (2.0, 0.25)])
 def test_kernel_is_the_covariance_of_a_wide_random_relu_network(weight_variance, bias_variance):
@@ -19,45 +24,46 @@ def test_kernel_is_the_covariance_of_a_wide_random_relu_network(weight_variance,
     mean of relu(u) relu(u') is the kernel (the defaults are the environment's (1, 1));
     tolerance: 4 standard errors of that mean, from the products themselves."""
     d, width = 3, 200_000
-    x = jax.random.normal(jax.random.key(0), (4, d)) * jnp.array([[0.5], [1.0], [2.0], [1.0]])
-    w_key, b_key = jax.random.split(jax.random.key(1))
-    w = jax.random.normal(w_key, (d, width)) * np.sqrt(weight_variance / d)
-    b = jax.random.normal(b_key, (width,)) * np.sqrt(bias_variance / d)
-    h = np.asarray(jax.nn.relu(x @ w + b), np.float64)  # [4, H]
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(4, d)) * np.array([[0.5], [1.0], [2.0], [1.0]])).astype(np.float32)
+    w = rng.normal(size=(d, width)) * np.sqrt(weight_variance / d)
+    b = rng.normal(size=width) * np.sqrt(bias_variance / d)
+    h = np.maximum(x.astype(np.float64) @ w + b, 0.0)  # [4, H]
     products = h[:, None, :] * h[None, :, :]
     empirical, stderr = products.mean(-1), products.std(-1) / np.sqrt(width)
-    exact = np.asarray(kernels.relu_nngp_kernel(x, x, weight_variance, bias_variance))
+    exact = np.asarray(_relu_nngp_kernel(x, x, weight_variance, bias_variance))
     assert np.all(np.abs(empirical - exact) < 4 * stderr), (empirical, exact, stderr)
     np.testing.assert_allclose(
-        np.diag(exact), (weight_variance * np.sum(np.asarray(x) ** 2, -1) + bias_variance) / d / 2,
-        rtol=1e-5)
+        np.diag(exact), (weight_variance * np.sum(x.astype(np.float64) ** 2, -1)
+                         + bias_variance) / d / 2, rtol=1e-5)
     if (weight_variance, bias_variance) == (1.0, 1.0):
-        np.testing.assert_array_equal(exact, kernels.relu_nngp_kernel(x, x))
+        np.testing.assert_array_equal(exact, _relu_nngp_kernel(x, x))
 
 
 def test_kernel_gradients_in_the_variances_are_finite_and_right_on_the_diagonal():
     """Where x = x' (cos t = 1) the derivative through arccos would be 0 x inf; the kernel's
     gradient there is finite and equals central finite differences (float64 via numpy)."""
-    x = jax.random.normal(jax.random.key(0), (5, 2))
+    x = np.random.default_rng(0).normal(size=(5, 2)).astype(np.float32)
 
+    @jax.jit
     def total(log_variances):
         weight, bias = jnp.exp(log_variances)
         return jnp.sum(kernels.relu_nngp_kernel(x, x, weight, bias))
 
-    point = jnp.array([0.3, -0.4])
-    grad = np.asarray(jax.grad(total)(point))
+    point = np.array([0.3, -0.4], np.float32)
+    grad = np.asarray(jax.jit(jax.grad(total))(point))
     assert np.all(np.isfinite(grad))
     step = 1e-2
     for i in range(2):
-        e = np.zeros(2)
+        e = np.zeros(2, np.float32)
         e[i] = step
-        numeric = (total(point + e) - total(point - e)) / (2 * step)
+        numeric = (float(total(point + e)) - float(total(point - e))) / (2 * step)
         np.testing.assert_allclose(grad[i], numeric, rtol=1e-3)
 
 
 def test_rbf_kernel_is_its_formula():
-    x = jnp.array([[0.0, 0.0], [0.6, 0.8], [3.0, 4.0]])
-    k = np.asarray(kernels.rbf_kernel(x, x, signal_variance=2.0, lengthscale=1.0))
+    x = np.array([[0.0, 0.0], [0.6, 0.8], [3.0, 4.0]], np.float32)
+    k = np.asarray(jax.jit(kernels.rbf_kernel)(x, x, signal_variance=2.0, lengthscale=1.0))
     np.testing.assert_allclose(np.diag(k), 2.0, rtol=1e-6)
     np.testing.assert_allclose(k[0, 1], 2.0 * np.exp(-0.5), rtol=1e-6)  # distance 1
     np.testing.assert_allclose(k[0, 2], 2.0 * np.exp(-12.5), rtol=1e-4)  # distance 5
@@ -65,15 +71,15 @@ def test_rbf_kernel_is_its_formula():
 
 
 def test_log_marginal_likelihood_is_the_gaussian_density_of_the_targets():
-    x = jax.random.normal(jax.random.key(0), (6, 2))
-    y = jax.random.normal(jax.random.key(1), (6,))
-    cov = np.asarray(gp_regression.prior_covariance("relu_nngp", x, x), np.float64)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(6, 2)).astype(np.float32), rng.normal(size=6).astype(np.float32)
+    cov = np.asarray(_prior_covariance("relu_nngp", x, x), np.float64)
     expected = stats.multivariate_normal(np.zeros(6), cov + 0.1 * np.eye(6)).logpdf(y)
-    value = gp_regression.log_marginal_likelihood("relu_nngp", base.Data(x, y), 0.1)
+    value = _log_marginal_likelihood("relu_nngp", base.Data(x, y), 0.1)
     np.testing.assert_allclose(value, expected, rtol=1e-5)
     # A kernel function and the environment's name give the same numbers.
     np.testing.assert_allclose(
-        gp_regression.log_marginal_likelihood(kernels.relu_nngp_kernel, base.Data(x, y), 0.1),
+        _log_marginal_likelihood(kernels.relu_nngp_kernel, base.Data(x, y), 0.1),
         value, rtol=1e-6)
 
 
@@ -81,14 +87,15 @@ def test_a_finite_kernel_network_has_the_kernels_covariance_at_any_width():
     """20000 draws of the width-3 network at 4 inputs: the sample covariance matches the
     kernel within 5 standard errors of each entry (the standard error of a sample
     covariance of zero-mean pairs is sqrt(var(f f') / n), estimated from the draws)."""
-    x = jnp.array([[0.0, 0.0], [1.0, -0.5], [-2.0, 0.3], [0.5, 1.5]])
-    draws = jax.vmap(lambda k: networks.apply_mlp(kernels.sample_relu_network(k, 2, 3), x))(
-        jax.random.split(jax.random.key(5), 20_000))[..., 0]  # [draws, 4]
-    draws = np.asarray(draws, np.float64)
+    x = np.array([[0.0, 0.0], [1.0, -0.5], [-2.0, 0.3], [0.5, 1.5]], np.float32)
+    draws = jax.jit(lambda key: jax.vmap(
+        lambda k: networks.apply_mlp(kernels.sample_relu_network(k, 2, 3), x))(
+        jax.random.split(key, 20_000)))(jax.random.key(5))
+    draws = np.asarray(draws, np.float64)[..., 0]  # [draws, 4]
     products = draws[:, :, None] * draws[:, None, :]
     sample = products.mean(0)  # E f = 0, so the covariance is the mean product
     stderr = products.std(0) / np.sqrt(len(draws))
-    kernel = np.asarray(kernels.relu_nngp_kernel(x, x), np.float64)
+    kernel = np.asarray(_relu_nngp_kernel(x, x), np.float64)
     assert np.all(np.abs(sample - kernel) < 5 * stderr), (sample, kernel)
 
 
@@ -134,15 +141,21 @@ def test_bad_settings_are_refused_with_the_value_and_what_is_allowed():
 def test_the_probes_carry_noisy_targets_and_the_exact_posterior_there():
     data, prior, env = PROBLEM.instance()
     q = PROBLEM.num_probes
-    mean, cov = gp_regression.posterior_at(
-        "relu_nngp", gp_regression.condition("relu_nngp", data, prior.noise_variance),
-        env.pool_x[:q])
+
+    @jax.jit
+    def exact_posterior(data, noise_variance, x):  # mean, covariance and correlation at x
+        posterior = gp_regression.condition("relu_nngp", data, noise_variance)
+        mean, cov = gp_regression.posterior_at("relu_nngp", posterior, x)
+        return mean, cov, gp_regression.correlation(cov)
+
+    mean, cov, correlation = exact_posterior(data, prior.noise_variance,
+                                             np.asarray(env.pool_x)[:q])
     np.testing.assert_allclose(env.probe_mean, mean, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(env.probe_variance, np.diag(cov), rtol=1e-4, atol=1e-7)
-    np.testing.assert_allclose(env.probe_correlation, gp_regression.correlation(cov), atol=1e-3)
+    np.testing.assert_allclose(env.probe_correlation, correlation, atol=1e-3)
     # The targets are f plus noise of the problem's variance: 100 draws, chi-square bounds
     # at about 4 sigma (the mean of 100 squared standard normals has sd 0.14).
-    noise = np.asarray(env.probe_y) - np.asarray(env.pool_f[:q])
+    noise = np.asarray(env.probe_y) - np.asarray(env.pool_f)[:q]
     assert 0.45 < np.mean(noise**2) / 0.01 < 1.6
     # A stream of its own: not the test samples' noise on the same inputs.
     test = PROBLEM.sample_test(jax.random.key(3), env, 1)
