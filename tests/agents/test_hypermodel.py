@@ -34,7 +34,9 @@ def trained():
 
 
 def _indices(agent, seed, n):
-    return jax.jit(jax.vmap(agent.enn.sample_index))(jax.random.split(jax.random.key(seed), n))
+    """n indices of the agent from the keys split from key(seed): one program, key split inside."""
+    return jax.jit(lambda key: jax.vmap(agent.enn.sample_index)(jax.random.split(key, n)))(
+        jax.random.key(seed))
 
 
 def test_same_seed_same_networks_and_different_indices_differ(trained):
@@ -92,7 +94,7 @@ def test_trained_hypermodel_starts_like_the_references():
     """Every coefficient is TruncNormal(0, 1/k) cut at +-2 stddevs, whatever the fan-in, and
     the offset is zero (the reference's default Haiku linear layer of the index, unscaled)."""
     k = 5
-    hyper = _init_linear_hypermodel(jax.random.key(5), 2, (50, 50, 2), k)
+    hyper = jax.device_get(_init_linear_hypermodel(jax.random.key(5), 2, (50, 50, 2), k))
     assert [layer["w"].shape for layer in hyper.a] == [(2, 50, k), (50, 50, k), (50, 2, k)]
     assert [layer["b"].shape for layer in hyper.a] == [(50, k), (50, k), (2, k)]
     assert all(not np.any(b) for b in jax.tree.leaves(hyper.b))
@@ -140,7 +142,8 @@ def test_layer_index_slices_are_the_references():
 @pytest.mark.parametrize("index_dim, prior_hidden", [(5, (10,)), (5, (10, 10)), (1, (10,))])
 def test_prior_hypermodel_layers_use_their_index_slice_and_unit_directions(index_dim,
                                                                            prior_hidden):
-    prior = _init_prior_hypermodel(jax.random.key(8), 2, (*prior_hidden, 2), index_dim)
+    prior = jax.device_get(
+        _init_prior_hypermodel(jax.random.key(8), 2, (*prior_hidden, 2), index_dim))
     slices = hypermodel.layer_index_slices(index_dim, len(prior_hidden) + 1)
     assert all(not np.any(b) for b in jax.tree.leaves(prior.b))  # no offset
     for layer, coords in zip(prior.a, slices):
