@@ -116,8 +116,8 @@ def test_same_seed_same_samples_other_index_other_network(trained):
 def test_weight_samples_have_the_posterior_moments():
     """2000 draws of a 3-leaf posterior: per-weight sample means within 4 standard errors
     of mu (stddev / sqrt(2000)), sample stddevs within 10% of softplus(rho)."""
-    mean = [{"w": jnp.array([[0.5, -1.0]]), "b": jnp.array([2.0])}]
-    rho = [{"w": jnp.array([[-1.0, 0.5]]), "b": jnp.array([0.0])}]
+    mean = [{"w": np.array([[0.5, -1.0]], np.float32), "b": np.array([2.0], np.float32)}]
+    rho = [{"w": np.array([[-1.0, 0.5]], np.float32), "b": np.array([0.0], np.float32)}]
     posterior = bbb.Posterior(mean, rho)
     draws = jax.jit(lambda key: jax.vmap(lambda k: bbb.sample_weights(k, posterior))(
         jax.random.split(key, 2000)))(jax.random.key(0))
