@@ -33,10 +33,15 @@ def tiny():
     return _train(TINY)
 
 
-def _samples(agent, state, x, num=NUM_SAMPLES):
-    sample = jax.jit(lambda state, key: jax.vmap(lambda k: agent.enn.apply(
+@functools.cache
+def _sampler(agent, num):
+    """The agent's logits under num sampled indices, one program per agent (states traced)."""
+    return jax.jit(lambda state, x, key: jax.vmap(lambda k: agent.enn.apply(
         state, x, agent.enn.sample_index(k)))(jax.random.split(key, num)))
-    return np.asarray(sample(state, jax.random.key(7)), np.float64)  # [num, n, K]
+
+
+def _samples(agent, state, x, num=NUM_SAMPLES):
+    return np.asarray(_sampler(agent, num)(state, x, jax.random.key(7)), np.float64)  # [num, n, K]
 
 
 @functools.cache
