@@ -21,6 +21,7 @@ SMALL = ensemble_plus.EnsemblePlusConfig(num_ensemble=4, num_steps=60)
 # Jitted once here: called eagerly, every primitive compiles on its own.
 _init_trained_members = jax.jit(ensemble_plus.init_trained_members, static_argnums=(1, 2, 3))
 _split_keys = jax.jit(ensembling.split_keys)
+_bootstrap_weights = jax.jit(ensemble_plus.bootstrap_weights, static_argnums=(1, 2, 3))
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +59,9 @@ def test_members_are_the_ensembles_with_the_references_first_bias():
     at +-2 stddevs with stddev 1/sqrt(d), as the reference's ensemble+ network draws it."""
     input_dim, num_members, sizes = 10, 100, (50, 50, 2)
     key = _split_keys(jax.random.key(7)).init
-    plus = _init_trained_members(key, num_members, input_dim, sizes)
-    plain = jax.jit(ensembling.init_members, static_argnums=(1, 2, 3))(
-        key, num_members, input_dim, sizes)
+    plus = jax.device_get(_init_trained_members(key, num_members, input_dim, sizes))
+    plain = jax.device_get(jax.jit(ensembling.init_members, static_argnums=(1, 2, 3))(
+        key, num_members, input_dim, sizes))
     assert not np.any(plain[0]["b"])
     for i, (a, b) in enumerate(zip(plus, plain)):
         np.testing.assert_array_equal(a["w"], b["w"])
@@ -152,7 +153,7 @@ def test_prior_scale_follows_the_temperature_scaling():
 
 @pytest.mark.parametrize("bootstrap", ["exponential", "bernoulli"])
 def test_bootstrap_weights_have_the_stated_distribution(bootstrap):
-    weights = np.asarray(ensemble_plus.bootstrap_weights(jax.random.key(11), bootstrap, 50, 200))
+    weights = np.asarray(_bootstrap_weights(jax.random.key(11), bootstrap, 50, 200))
     assert weights.shape == (50, 200) and weights.dtype == np.float32
     n = weights.size
     # Exp(1) and 2 * Bernoulli(1/2) both have mean 1 and variance 1: the sample
@@ -174,7 +175,7 @@ def test_bootstrap_weights_have_the_stated_distribution(bootstrap):
 
 def test_no_bootstrap_is_all_ones_and_unknown_is_rejected():
     np.testing.assert_array_equal(
-        ensemble_plus.bootstrap_weights(jax.random.key(0), "none", 3, 5), np.ones((3, 5)))
+        _bootstrap_weights(jax.random.key(0), "none", 3, 5), np.ones((3, 5)))
     with pytest.raises(ValueError, match="bootstrap must be one of 'none', 'exponential', "
                                          "'bernoulli', got 'poisson'"):
         ensemble_plus.bootstrap_weights(jax.random.key(0), "poisson", 3, 5)
@@ -186,14 +187,14 @@ def test_a_zero_weight_removes_a_point_from_a_members_loss():
     _, data = leaderboard.load_problem(dataclasses.replace(PROBLEM, num_train=num_train))
     prior = dataclasses.replace(leaderboard.prior_knowledge(PROBLEM), num_train=num_train)
     config = dataclasses.replace(SMALL, bootstrap="bernoulli", num_steps=30)
-    weights = np.asarray(jax.jit(ensemble_plus.bootstrap_weights, static_argnums=(1, 2, 3))(
+    weights = np.asarray(_bootstrap_weights(
         _split_keys(key).bootstrap, "bernoulli", config.num_ensemble, num_train))
     point = next(j for j in range(num_train) if 0 < weights[:, j].sum() < 2 * config.num_ensemble)
     flipped_y = np.array(data.y)
     flipped_y[point] = 1 - flipped_y[point]
     flipped = base.Data(x=data.x, y=flipped_y)
     train = jax.jit(ensemble_plus.make_ensemble_plus_agent(config).train)
-    state, state_flipped = train(key, data, prior), train(key, flipped, prior)
+    state, state_flipped = jax.device_get((train(key, data, prior), train(key, flipped, prior)))
     for member in range(config.num_ensemble):
         same = all(np.array_equal(a[member], b[member]) for a, b in zip(
             jax.tree.leaves(state.params), jax.tree.leaves(state_flipped.params)))
@@ -318,9 +319,9 @@ def _train_before_prior_functions(config, key, data, prior):
 
 
 def _all_members(apply, state, x, num_members):
-    """Every member's logits at x, ``[num_members, n, K]``, in one jitted call."""
-    return jax.jit(jax.vmap(apply, in_axes=(None, None, 0)))(
-        state, x, np.arange(num_members, dtype=np.int32))
+    """Every member's logits at x, ``[num_members, n, K]``, in one jitted call, as NumPy."""
+    return np.asarray(jax.jit(jax.vmap(apply, in_axes=(None, None, 0)))(
+        state, x, np.arange(num_members, dtype=np.int32)))
 
 
 def _prior_only(state):
@@ -338,7 +339,7 @@ def test_the_default_prior_function_gives_the_same_numbers_as_before(trained):
     for a, b in zip(jax.tree.leaves((state.params, state.prior_params, state.prior_scale)),
                     jax.tree.leaves((params, prior_params, scale)), strict=True):
         np.testing.assert_array_equal(a, b)
-    x = jax.random.normal(jax.random.key(3), (9, 2))
+    x = np.random.default_rng(3).normal(size=(9, 2)).astype(np.float32)
     old = jax.jit(jax.vmap(lambda i: networks.apply_mlp(ensembling.select_member(params, i), x)
                            + scale * networks.apply_mlp(
                                ensembling.select_member(prior_params, i), x)))(
@@ -361,7 +362,7 @@ def test_the_linear_prior_is_an_affine_function_of_x_and_the_environment_prior_i
         jax.random.key(0))
     for a, b in zip(jax.tree.leaves(state.prior_params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    assert not np.any(state.prior_params[0]["b"])
+    assert not np.any(np.asarray(state.prior_params[0]["b"]))
     rng = np.random.default_rng(4)
     x1, x2 = rng.normal(size=(2, 50, 2)).astype(np.float32)
     a = rng.uniform(-1.0, 2.0, size=(50, 1)).astype(np.float32)
@@ -401,7 +402,7 @@ def vae_trained():
     data = [plane_problem(k) for k in jax.random.split(jax.random.key(30), 2)]
     data = jax.tree.map(lambda *leaves: np.stack(leaves), *data)
     prior = base.PriorKnowledge(input_dim=5, num_classes=3, num_train=20, env_hidden=(50, 50),
-                                temperature=jnp.array([0.1, 1.0]))
+                                temperature=np.array([0.1, 1.0], np.float32))
     keys = jax.random.split(jax.random.key(31), 2)
     agent = ensemble_plus.make_ensemble_plus_agent(VAE_CONFIG)
     return agent, keys, data, jax.jit(jax.vmap(agent.train))(keys, data, prior)
@@ -472,8 +473,8 @@ def test_the_vae_agent_trains_under_jit_and_vmap_with_a_traced_temperature(vae_t
     np.testing.assert_allclose(states.prior_scale, 3.0 / np.sqrt([0.1, 1.0]), rtol=1e-6)
     assert states.prior_params[0]["w"].shape == (2, VAE_CONFIG.num_ensemble, 2, 3)
     x = np.random.default_rng(7).normal(size=(8, 5)).astype(np.float32)
-    logits = jax.jit(jax.vmap(lambda s: jax.vmap(lambda i: agent.enn.apply(s, x, i))(
-        jnp.arange(VAE_CONFIG.num_ensemble))))(states)
+    logits = np.asarray(jax.jit(jax.vmap(lambda s: jax.vmap(lambda i: agent.enn.apply(s, x, i))(
+        jnp.arange(VAE_CONFIG.num_ensemble))))(states))
     assert logits.shape == (2, VAE_CONFIG.num_ensemble, 8, 3) and np.all(np.isfinite(logits))
     assert not np.allclose(logits[:, 0], logits[:, 1])  # members differ
 
