@@ -47,7 +47,7 @@ def test_sgld_noise_has_the_langevin_variance_and_a_typed_key():
     (sqrt(2 / n) relative, for Gaussian draws) and the mean within 4 sigma / sqrt(n)."""
     lr, num_train, n = 1e-3, 50, 20000
     transform = sgmcmc.sgld(jax.random.key(0), lr, num_train)
-    state = jax.eval_shape(transform.init, jnp.zeros(3))  # its types, nothing compiled
+    state = jax.eval_shape(transform.init, np.zeros(3, np.float32))  # its types, no program
     keys = [leaf for leaf in jax.tree.leaves(state)
             if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
     assert len(keys) == 1  # the transformation carries a typed key, not an int seed
@@ -126,7 +126,7 @@ def _chains(key, data, loss_fn, l2, lr, momentum, batch_size, num_chains=64, num
                                 num_steps=num_steps, burn_in=burn_in,
                                 snapshot_every=snapshot_every, batch_size=batch_size)
 
-    snapshots = jax.jit(jax.vmap(one_chain))(jax.random.split(key, num_chains))
+    snapshots = jax.jit(lambda key: jax.vmap(one_chain)(jax.random.split(key, num_chains)))(key)
     return np.asarray(snapshots, np.float64)  # [chains, snapshots, 2]
 
 
