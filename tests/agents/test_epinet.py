@@ -3,7 +3,6 @@
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -34,7 +33,7 @@ def trained():
     agent = epinet.make_epinet_agent(SMALL)
     data = _toy_data()
     num = len(TEMPERATURES)
-    priors = _prior(jnp.asarray(TEMPERATURES, jnp.float32))
+    priors = _prior(np.asarray(TEMPERATURES, np.float32))
     batched = jax.tree.map(lambda a: np.broadcast_to(a, (num, *a.shape)), data)
     keys = jax.random.split(jax.random.key(0), num)
     states = jax.jit(jax.vmap(agent.train))(keys, batched, priors)
@@ -64,13 +63,13 @@ def test_with_epinet_and_priors_zeroed_it_is_the_base_network(trained):
     for state in states:
         zeroed = state._replace(epinet=zero(state.epinet), prior_epinet=zero(state.prior_epinet),
                                 prior_members=zero(state.prior_members))
-        expected = jax.jit(networks.apply_mlp)(state.base, x)
+        expected = np.asarray(jax.jit(networks.apply_mlp)(state.base, x))
         for z in zs:
             # Adding exact zeros: equal up to float32 rounding of the base's own ops.
             np.testing.assert_allclose(_apply(zeroed, x, z), expected,
                                        rtol=1e-6, atol=1e-6)
         # Each zeroed part matters: the full network is not the base.
-        assert np.abs(_apply(state, x, zs[0]) - expected).max() > 1e-2
+        assert np.abs(np.asarray(_apply(state, x, zs[0])) - expected).max() > 1e-2
 
 
 def test_prior_scale_is_prior_scale_over_temperature(trained):
