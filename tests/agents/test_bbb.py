@@ -17,6 +17,9 @@ PROBLEM = next(p for p in PAPER.values()
                if p.temperature == 0.1 and p.num_train == 10 and p.seed == 0)
 SMALL = bbb.BBBConfig(num_steps=100, init_stddev=0.1)
 
+# Jitted once here: called eagerly, every primitive compiles on its own.
+_gaussian_kl = jax.jit(bbb.gaussian_kl)
+
 
 def _normal_pdf(w, mean, stddev):
     return np.exp(-0.5 * ((w - mean) / stddev) ** 2) / (stddev * math.sqrt(2 * math.pi))
@@ -39,11 +42,12 @@ def test_gaussian_kl_matches_its_closed_form():
     expected = sum(
         0.5 * np.sum((s**2 + m**2) / s0**2 - 1 - np.log(s**2 / s0**2))
         for m, s in zip((mean["a"], mean["b"]), (stddev["a"], stddev["b"])))
-    got = bbb.gaussian_kl(jax.tree.map(jnp.float32, mean), jax.tree.map(jnp.float32, stddev), s0)
+    got = _gaussian_kl(jax.tree.map(np.float32, mean), jax.tree.map(np.float32, stddev), s0)
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     # zero exactly when q is the prior, and equal to the integral for one parameter
-    np.testing.assert_allclose(bbb.gaussian_kl(jnp.zeros(7), jnp.full(7, s0), s0), 0.0, atol=1e-6)
-    one = bbb.gaussian_kl(jnp.array([0.4]), jnp.array([0.2]), 0.3)
+    np.testing.assert_allclose(
+        _gaussian_kl(np.zeros(7, np.float32), np.full(7, s0, np.float32), s0), 0.0, atol=1e-6)
+    one = _gaussian_kl(np.array([0.4], np.float32), np.array([0.2], np.float32), 0.3)
     np.testing.assert_allclose(
         one, _integrated_kl(0.4, 0.2, lambda w: _normal_pdf(w, 0.0, 0.3)), rtol=1e-5)
 
@@ -55,12 +59,15 @@ def test_monte_carlo_mixture_kl_converges_to_the_integral(pi):
     The mean of n = 200,000 one-draw estimates log q(w) - log p(w), w ~ q, must be within 4
     standard errors (their sample stddev / sqrt(n)) of the numerically integrated KL."""
     mean, stddev, s1, s2, n = 0.3, 0.4, 1.0, 0.25, 200_000
-    eps = jax.random.normal(jax.random.key(0), (n,))
-    weights = mean + stddev * eps
-    estimates = jax.vmap(
-        lambda w: bbb.scale_mixture_kl_estimate(w, jnp.float32(mean), jnp.float32(stddev),
-                                                s1, s2, pi))(weights)
-    estimates = np.asarray(estimates, np.float64)
+
+    @jax.jit  # the draws and the estimates in one program (pi traced: one for all four)
+    def one_draw_estimates(key, pi):
+        weights = mean + stddev * jax.random.normal(key, (n,))
+        return jax.vmap(
+            lambda w: bbb.scale_mixture_kl_estimate(w, jnp.float32(mean), jnp.float32(stddev),
+                                                    s1, s2, pi))(weights)
+
+    estimates = np.asarray(one_draw_estimates(jax.random.key(0), pi), np.float64)
     exact = _integrated_kl(
         mean, stddev, lambda w: pi * _normal_pdf(w, 0, s1) + (1 - pi) * _normal_pdf(w, 0, s2))
     stderr = estimates.std(ddof=1) / math.sqrt(n)
@@ -68,7 +75,7 @@ def test_monte_carlo_mixture_kl_converges_to_the_integral(pi):
     if pi in (0.0, 1.0):  # a single Gaussian: the integral is also the closed form
         only = s1 if pi == 1.0 else s2
         np.testing.assert_allclose(
-            exact, bbb.gaussian_kl(jnp.array(mean), jnp.array(stddev), only), rtol=1e-5)
+            exact, _gaussian_kl(np.float32(mean), np.float32(stddev), only), rtol=1e-5)
 
 
 @pytest.mark.parametrize("pi", [0.0, 1.0])
@@ -76,7 +83,8 @@ def test_mixture_kl_has_finite_gradients_at_the_extreme_weights(pi):
     def estimate(mean, stddev):
         return bbb.scale_mixture_kl_estimate(jnp.array([0.1, -2.0]), mean, stddev, 1.0, 0.5, pi)
 
-    grads = jax.grad(estimate, argnums=(0, 1))(jnp.array([0.0, 0.2]), jnp.array([0.3, 0.3]))
+    grads = jax.jit(jax.grad(estimate, argnums=(0, 1)))(np.array([0.0, 0.2], np.float32),
+                                                        np.array([0.3, 0.3], np.float32))
     assert all(np.all(np.isfinite(g)) for g in grads)
 
 
@@ -93,12 +101,13 @@ def test_same_seed_same_samples_other_index_other_network(trained):
     agent, data, prior, posterior, train = trained
     assert jax.tree.structure(posterior.mean) == jax.tree.structure(posterior.rho)
     again = train(jax.random.key(0), data, prior)
-    x = jax.random.normal(jax.random.key(2), (50, 2))
+    x = np.random.default_rng(2).normal(size=(50, 2)).astype(np.float32)
+    sample_index, apply = jax.jit(agent.enn.sample_index), jax.jit(agent.enn.apply)
     logits = []
     for i in range(6):
-        index = agent.enn.sample_index(jax.random.key(i))
-        logits.append(np.asarray(agent.enn.apply(posterior, x, index)))
-        np.testing.assert_array_equal(logits[-1], agent.enn.apply(again, x, index))
+        index = sample_index(jax.random.key(i))
+        logits.append(np.asarray(apply(posterior, x, index)))
+        np.testing.assert_array_equal(logits[-1], apply(again, x, index))
     for i in range(len(logits)):
         for j in range(i):
             assert np.abs(logits[i] - logits[j]).max() > 1e-3, (i, j)
@@ -107,11 +116,11 @@ def test_same_seed_same_samples_other_index_other_network(trained):
 def test_weight_samples_have_the_posterior_moments():
     """2000 draws of a 3-leaf posterior: per-weight sample means within 4 standard errors
     of mu (stddev / sqrt(2000)), sample stddevs within 10% of softplus(rho)."""
-    mean = [{"w": jnp.array([[0.5, -1.0]]), "b": jnp.array([2.0])}]
-    rho = [{"w": jnp.array([[-1.0, 0.5]]), "b": jnp.array([0.0])}]
+    mean = [{"w": np.array([[0.5, -1.0]], np.float32), "b": np.array([2.0], np.float32)}]
+    rho = [{"w": np.array([[-1.0, 0.5]], np.float32), "b": np.array([0.0], np.float32)}]
     posterior = bbb.Posterior(mean, rho)
-    draws = jax.vmap(lambda k: bbb.sample_weights(k, posterior))(
-        jax.random.split(jax.random.key(0), 2000))
+    draws = jax.jit(lambda key: jax.vmap(lambda k: bbb.sample_weights(k, posterior))(
+        jax.random.split(key, 2000)))(jax.random.key(0))
     for name in ("w", "b"):
         stddev = np.log1p(np.exp(np.asarray(rho[0][name])))
         samples = np.asarray(draws[0][name])
@@ -149,8 +158,8 @@ def test_the_posterior_starts_at_the_references_initialisation():
     """The agent splits its key into (init, train). After one Adam step (each parameter moves
     by at most the step size lr), the stddevs are within lr * softplus'(rho) of 0.01 and the
     means within lr of a fresh init_mlp draw (fan-in scaled weights, zero biases)."""
-    x = jax.random.normal(jax.random.key(20), (20, 2))
-    data = base.Data(x=x, y=(x[:, 0] > 0).astype(jnp.int32))
+    x = np.random.default_rng(20).normal(size=(20, 2)).astype(np.float32)
+    data = base.Data(x=x, y=(x[:, 0] > 0).astype(np.int32))
     prior = base.PriorKnowledge(input_dim=2, num_classes=2, num_train=20, env_hidden=(50, 50),
                                 temperature=0.1)
     config = bbb.BBBConfig(num_steps=1)
@@ -159,8 +168,9 @@ def test_the_posterior_starts_at_the_references_initialisation():
     lr, rho0 = config.learning_rate, math.log(math.expm1(0.01))
     slope = 1 / (1 + math.exp(-(rho0 + lr)))  # softplus' = sigmoid, increasing
     for rho in jax.tree.leaves(posterior.rho):
-        np.testing.assert_allclose(jax.nn.softplus(rho), 0.01, rtol=0, atol=lr * slope * 1.01)
-    start = networks.init_mlp(jax.random.split(key)[0], 2, (50, 50, 2))
+        softplus = np.log1p(np.exp(np.asarray(rho, np.float64)))
+        np.testing.assert_allclose(softplus, 0.01, rtol=0, atol=lr * slope * 1.01)
+    start = jax.jit(lambda key: networks.init_mlp(jax.random.split(key)[0], 2, (50, 50, 2)))(key)
     for mean, fresh in zip(jax.tree.leaves(posterior.mean), jax.tree.leaves(start)):
         np.testing.assert_allclose(mean, fresh, rtol=0, atol=lr * 1.01)
 

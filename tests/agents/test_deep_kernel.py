@@ -15,6 +15,10 @@ SMOKE = leaderboard.get_sweep("smoke")
 PROBLEM = next(p for p in SMOKE.values() if p.num_train == 10)
 TINY = deep_kernel.DeepKernelConfig(num_steps=100, hidden=(16, 6), sigma_squared=0.5)
 
+# Jitted once here: called eagerly, every primitive compiles on its own.
+_features_and_logits = jax.jit(deep_kernel.features_and_logits, static_argnums=2)
+_posterior_logits = jax.jit(deep_kernel.posterior_logits, static_argnums=3)
+
 
 @pytest.fixture(scope="module")
 def trained():
@@ -23,12 +27,12 @@ def trained():
     prior = leaderboard.prior_knowledge(PROBLEM)
     agent = agents.make_deep_kernel_agent(TINY)
     state = jax.jit(agent.train)(jax.random.key(0), data, prior)
-    x_test = jax.random.normal(jax.random.key(1), (3, PROBLEM.input_dim))
+    x_test = np.random.default_rng(1).normal(size=(3, PROBLEM.input_dim)).astype(np.float32)
     return agent, state, np.asarray(data.x), x_test
 
 
 def _features(state, x):
-    phi, mu = deep_kernel.features_and_logits(state.params, x, TINY.normalization)
+    phi, mu = _features_and_logits(state.params, x, TINY.normalization)
     return np.asarray(phi, np.float64), np.asarray(mu, np.float64)
 
 
@@ -40,10 +44,9 @@ def test_sample_is_mu_plus_sigma_phi_l_inverse_transpose_zeta(trained):
     phi_test, mu = _features(state, x_test)
     sigma2 = TINY.sigma_squared
     chol = np.linalg.cholesky(sigma2 * np.eye(phi.shape[1]) + phi.T @ phi)
-    zeta = np.asarray(jax.random.normal(jax.random.key(2), (phi.shape[1], 2)), np.float64)
-    expected = mu + np.sqrt(sigma2) * phi_test @ np.linalg.solve(chol.T, zeta)
-    got = deep_kernel.posterior_logits(state, x_test, jnp.asarray(zeta, jnp.float32),
-                                       TINY.normalization)
+    zeta = np.random.default_rng(2).normal(size=(phi.shape[1], 2)).astype(np.float32)
+    expected = mu + np.sqrt(sigma2) * phi_test @ np.linalg.solve(chol.T, zeta.astype(np.float64))
+    got = _posterior_logits(state, x_test, zeta, TINY.normalization)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)  # float32 vs float64
 
 
@@ -56,7 +59,7 @@ def test_cholesky_factor_is_accurate_where_the_direct_one_fails():
     phi = 300.0 * np.abs(rng.normal(size=(1000, 8)))
     phi[:, 7] = phi[:, 6]  # a repeated feature: Phi^T Phi is singular
     sigma = 1e-2
-    chol = np.asarray(deep_kernel.cholesky_factor(jnp.asarray(phi, jnp.float32), sigma),
+    chol = np.asarray(jax.jit(deep_kernel.cholesky_factor)(phi.astype(np.float32), sigma),
                       np.float64)
     assert np.all(np.isfinite(chol)) and np.all(np.diag(chol) > 0)
     np.testing.assert_array_equal(chol, np.tril(chol))
@@ -72,9 +75,9 @@ def test_empirical_covariance_of_samples_is_the_gp_posterior(trained):
     uses); the two classes are independent."""
     agent, state, x_train, x_test = trained
     num = 4000
-    keys = jax.random.split(jax.random.key(3), num)
-    samples = np.asarray(jax.vmap(lambda k: agent.enn.apply(
-        state, x_test, agent.enn.sample_index(k)))(keys), np.float64)  # [num, 3, K]
+    sample = jax.jit(lambda key: jax.vmap(lambda k: agent.enn.apply(
+        state, x_test, agent.enn.sample_index(k)))(jax.random.split(key, num)))
+    samples = np.asarray(sample(jax.random.key(3)), np.float64)  # [num, 3, K]
     phi, _ = _features(state, x_train)
     phi_test, mu = _features(state, x_test)
     gram = TINY.sigma_squared * np.eye(len(phi)) + phi @ phi.T
@@ -113,7 +116,7 @@ def test_normalised_features_have_unit_length(normalization):
     _, data = leaderboard.load_problem(PROBLEM)
     agent = agents.make_deep_kernel_agent(config)
     state = jax.jit(agent.train)(jax.random.key(0), data, leaderboard.prior_knowledge(PROBLEM))
-    phi, _ = deep_kernel.features_and_logits(state.params, data.x, normalization)
+    phi, _ = _features_and_logits(state.params, data.x, normalization)
     norms = np.linalg.norm(phi, axis=-1)
     np.testing.assert_allclose(norms[norms > 1e-3], 1.0, rtol=1e-4)
 
@@ -121,12 +124,18 @@ def test_normalised_features_have_unit_length(normalization):
 def test_normalisation_has_finite_gradients_where_every_unit_is_off():
     """An input that switches off the whole last hidden layer (phi = 0) must not
     give NaN gradients while training with normalised features."""
-    params = networks.init_mlp(jax.random.key(0), 2, (4, 3, 2))
-    params[1]["b"] = jnp.full((3,), -100.0)  # every unit of the last hidden layer off
-    x = jnp.ones((5, 2))
-    for normalization in ("during_training", "only_output"):
-        grads = jax.grad(lambda p: sum(
+    normalizations = ("during_training", "only_output")
+
+    @jax.jit  # one program for both, rather than every primitive compiled on its own
+    def gradients():
+        params = networks.init_mlp(jax.random.key(0), 2, (4, 3, 2))
+        params[1]["b"] = jnp.full((3,), -100.0)  # every unit of the last hidden layer off
+        x = jnp.ones((5, 2))
+        return [jax.grad(lambda p: sum(
             out.sum() for out in deep_kernel.features_and_logits(p, x, normalization)))(params)
+            for normalization in normalizations]
+
+    for normalization, grads in zip(normalizations, gradients()):
         assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads)), normalization
 
 

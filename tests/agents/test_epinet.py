@@ -3,7 +3,6 @@
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -18,8 +17,8 @@ TEMPERATURES = (1.0, 0.3, 0.1)  # additive prior scales 0.3 / temperature = 0.3,
 
 
 def _toy_data(num_train=20, input_dim=2):
-    x = jax.random.normal(jax.random.key(20), (num_train, input_dim))
-    return base.Data(x=x, y=(x[:, 0] > 0).astype(jnp.int32))
+    x = np.random.default_rng(20).normal(size=(num_train, input_dim)).astype(np.float32)
+    return base.Data(x=x, y=(x[:, 0] > 0).astype(np.int32))
 
 
 def _prior(temperature, num_train=20, input_dim=2):
@@ -34,8 +33,8 @@ def trained():
     agent = epinet.make_epinet_agent(SMALL)
     data = _toy_data()
     num = len(TEMPERATURES)
-    priors = _prior(jnp.asarray(TEMPERATURES, jnp.float32))
-    batched = jax.tree.map(lambda a: jnp.broadcast_to(a, (num, *a.shape)), data)
+    priors = _prior(np.asarray(TEMPERATURES, np.float32))
+    batched = jax.tree.map(lambda a: np.broadcast_to(a, (num, *a.shape)), data)
     keys = jax.random.split(jax.random.key(0), num)
     states = jax.jit(jax.vmap(agent.train))(keys, batched, priors)
     states = jax.device_get(states)  # NumPy slices: no per-leaf indexing program each
@@ -43,28 +42,34 @@ def trained():
 
 
 _apply = jax.jit(epinet.make_epinet_agent(SMALL).enn.apply)
+_apply_indices = jax.jit(jax.vmap(_apply, in_axes=(None, None, 0)))
+
+
+@jax.jit(static_argnums=(1, 2))
+def _split_and_sample_indices(key, n, index_dim):
+    return jax.vmap(lambda k: epinet.sample_index(k, index_dim))(jax.random.split(key, n))
 
 
 def _indices(seed, n, index_dim=SMALL.index_dim):
-    keys = jax.random.split(jax.random.key(seed), n)
-    return jax.vmap(lambda key: epinet.sample_index(key, index_dim))(keys)
+    """n indices of epinet.sample_index from the keys split from key(seed), as NumPy."""
+    return np.asarray(_split_and_sample_indices(jax.random.key(seed), n, index_dim))
 
 
 def test_with_epinet_and_priors_zeroed_it_is_the_base_network(trained):
     _, states = trained
-    x = jax.random.normal(jax.random.key(1), (30, 2))
-    zs = jnp.concatenate([_indices(2, 5), 10.0 * _indices(3, 2)])  # large indices too
-    zero = lambda tree: jax.tree.map(jnp.zeros_like, tree)
+    x = np.random.default_rng(1).normal(size=(30, 2)).astype(np.float32)
+    zs = np.concatenate([_indices(2, 5), 10.0 * _indices(3, 2)])  # large indices too
+    zero = lambda tree: jax.tree.map(np.zeros_like, tree)
     for state in states:
         zeroed = state._replace(epinet=zero(state.epinet), prior_epinet=zero(state.prior_epinet),
                                 prior_members=zero(state.prior_members))
-        expected = jax.jit(networks.apply_mlp)(state.base, x)
+        expected = np.asarray(jax.jit(networks.apply_mlp)(state.base, x))
         for z in zs:
             # Adding exact zeros: equal up to float32 rounding of the base's own ops.
             np.testing.assert_allclose(_apply(zeroed, x, z), expected,
                                        rtol=1e-6, atol=1e-6)
         # Each zeroed part matters: the full network is not the base.
-        assert np.abs(_apply(state, x, zs[0]) - expected).max() > 1e-2
+        assert np.abs(np.asarray(_apply(state, x, zs[0])) - expected).max() > 1e-2
 
 
 def test_prior_scale_is_prior_scale_over_temperature(trained):
@@ -75,15 +80,15 @@ def test_prior_scale_is_prior_scale_over_temperature(trained):
 
 def _spread(state, seed=4, num_indices=256):
     """Mean over 100 test inputs of the std over indices of the logit margin."""
-    x = jax.random.normal(jax.random.key(seed), (100, 2))
-    logits = jax.vmap(_apply, in_axes=(None, None, 0))(state, x, _indices(seed + 1, num_indices))
+    x = np.random.default_rng(seed).normal(size=(100, 2)).astype(np.float32)
+    logits = np.asarray(_apply_indices(state, x, _indices(seed + 1, num_indices)), np.float64)
     margin = logits[..., 1] - logits[..., 0]  # [indices, inputs]
     return float(margin.std(axis=0, ddof=1).mean())
 
 
 def test_different_indices_give_different_logits_and_spread_grows_with_prior_scale(trained):
     _, states = trained
-    x = jax.random.normal(jax.random.key(5), (10, 2))
+    x = np.random.default_rng(5).normal(size=(10, 2)).astype(np.float32)
     zs = _indices(6, 4)
     for state in states:
         logits = [np.asarray(_apply(state, x, z)) for z in zs]

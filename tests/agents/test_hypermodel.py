@@ -17,6 +17,12 @@ PROBLEM = next(p for p in PAPER.values()
                if p.temperature == 0.01 and p.num_train == 10 and p.seed == 1)
 SMALL = hypermodel.HypermodelConfig(num_steps=300, num_index_samples=8)
 
+# Jitted once here: called eagerly, every primitive compiles on its own.
+_init_linear_hypermodel = jax.jit(hypermodel.init_linear_hypermodel, static_argnums=(1, 2, 3))
+_init_prior_hypermodel = jax.jit(hypermodel.init_prior_hypermodel, static_argnums=(1, 2, 3))
+_generate_params = jax.jit(hypermodel.generate_params)
+_generate_batched = jax.jit(jax.vmap(hypermodel.generate_params, in_axes=(None, 0)))
+
 
 @pytest.fixture(scope="module")
 def trained():
@@ -28,14 +34,16 @@ def trained():
 
 
 def _indices(agent, seed, n):
-    return jax.jit(jax.vmap(agent.enn.sample_index))(jax.random.split(jax.random.key(seed), n))
+    """n indices of the agent from the keys split from key(seed): one program, key split inside."""
+    return jax.jit(lambda key: jax.vmap(agent.enn.sample_index)(jax.random.split(key, n)))(
+        jax.random.key(seed))
 
 
 def test_same_seed_same_networks_and_different_indices_differ(trained):
     agent, data, prior, state, train = trained
     again = train(jax.random.key(0), data, prior)
-    x = jax.random.normal(jax.random.key(2), (50, 2))
-    zs = _indices(agent, 3, 4)
+    x = np.random.default_rng(2).normal(size=(50, 2)).astype(np.float32)
+    zs = np.asarray(_indices(agent, 3, 4))
     apply = jax.jit(agent.enn.apply)  # called eagerly, every primitive compiles on its own
     logits = [np.asarray(apply(state, x, z)) for z in zs]
     for i, z in enumerate(zs):
@@ -57,8 +65,8 @@ def test_index_is_gaussian_with_unit_expected_squared_norm():
 
 def _toy_problem(num_train=20, input_dim=2):
     """A small labelled set and its prior knowledge, built here (no problem sweep needed)."""
-    x = jax.random.normal(jax.random.key(20), (num_train, input_dim))
-    data = base.Data(x=x, y=(x[:, 0] > 0).astype(jnp.int32))
+    x = np.random.default_rng(20).normal(size=(num_train, input_dim)).astype(np.float32)
+    data = base.Data(x=x, y=(x[:, 0] > 0).astype(np.int32))
     prior = base.PriorKnowledge(input_dim=input_dim, num_classes=2, num_train=num_train,
                                 env_hidden=(50, 50), temperature=0.1)
     return data, prior
@@ -72,16 +80,21 @@ def _variance_tolerance(variance, n, num_stderr=5):
     return num_stderr * variance * np.sqrt(2 / (n - 1))
 
 
+@jax.jit(static_argnums=(1, 2))
+def _split_and_sample_indices(key, n, index_dim):
+    return jax.vmap(lambda k: hypermodel.sample_index(k, index_dim))(jax.random.split(key, n))
+
+
 def _sample_indices(n, index_dim, seed):
-    keys = jax.random.split(jax.random.key(seed), n)
-    return jax.jit(jax.vmap(lambda key: hypermodel.sample_index(key, index_dim)))(keys)
+    """n indices of hypermodel.sample_index from the keys split from key(seed), as NumPy."""
+    return np.asarray(_split_and_sample_indices(jax.random.key(seed), n, index_dim))
 
 
 def test_trained_hypermodel_starts_like_the_references():
     """Every coefficient is TruncNormal(0, 1/k) cut at +-2 stddevs, whatever the fan-in, and
     the offset is zero (the reference's default Haiku linear layer of the index, unscaled)."""
     k = 5
-    hyper = hypermodel.init_linear_hypermodel(jax.random.key(5), 2, (50, 50, 2), k)
+    hyper = jax.device_get(_init_linear_hypermodel(jax.random.key(5), 2, (50, 50, 2), k))
     assert [layer["w"].shape for layer in hyper.a] == [(2, 50, k), (50, 50, k), (50, 2, k)]
     assert [layer["b"].shape for layer in hyper.a] == [(50, k), (50, k), (2, k)]
     assert all(not np.any(b) for b in jax.tree.leaves(hyper.b))
@@ -93,17 +106,17 @@ def test_trained_hypermodel_starts_like_the_references():
         # The sample variance of n i.i.d. draws has standard error sqrt((mu_4 - sigma^4) / n):
         # within 5 of them of 0.774 / k in every leaf, weights of fan-in 2 and 50 and biases alike.
         assert abs(np.mean(leaf**2) - var) < 5 * np.sqrt((fourth - var**2) / leaf.size)
-    z = jnp.array([0.5, -1.0, 2.0, 0.1, -0.3])
-    generated = hypermodel.generate_params(hyper, z)
-    np.testing.assert_allclose(generated[1]["b"], hyper.a[1]["b"] @ z, rtol=1e-6)
+    z = np.array([0.5, -1.0, 2.0, 0.1, -0.3], np.float32)
+    generated = _generate_params(hyper, z)
+    np.testing.assert_allclose(generated[1]["b"], np.asarray(hyper.a[1]["b"], np.float64) @ z,
+                               rtol=1e-6)
 
 
 def test_generated_biases_vary_across_indices_with_the_references_variance():
     """For fixed coefficients, a generated parameter a_j . z is exactly N(0, |a_j|^2 / k)."""
     k, n = 5, 4000
-    hyper = hypermodel.init_linear_hypermodel(jax.random.key(6), 2, (50, 50, 2), k)
-    generated = jax.vmap(hypermodel.generate_params, in_axes=(None, 0))(
-        hyper, _sample_indices(n, k, 7))
+    hyper = _init_linear_hypermodel(jax.random.key(6), 2, (50, 50, 2), k)
+    generated = _generate_batched(hyper, _sample_indices(n, k, 7))
     for layer, coefs in zip(generated, hyper.a):
         for name in ("b", "w"):
             samples = np.asarray(layer[name], np.float64).reshape(n, -1)
@@ -129,8 +142,8 @@ def test_layer_index_slices_are_the_references():
 @pytest.mark.parametrize("index_dim, prior_hidden", [(5, (10,)), (5, (10, 10)), (1, (10,))])
 def test_prior_hypermodel_layers_use_their_index_slice_and_unit_directions(index_dim,
                                                                            prior_hidden):
-    prior = jax.jit(hypermodel.init_prior_hypermodel, static_argnums=(1, 2, 3))(
-        jax.random.key(8), 2, (*prior_hidden, 2), index_dim)
+    prior = jax.device_get(
+        _init_prior_hypermodel(jax.random.key(8), 2, (*prior_hidden, 2), index_dim))
     slices = hypermodel.layer_index_slices(index_dim, len(prior_hidden) + 1)
     assert all(not np.any(b) for b in jax.tree.leaves(prior.b))  # no offset
     for layer, coords in zip(prior.a, slices):
@@ -141,8 +154,8 @@ def test_prior_hypermodel_layers_use_their_index_slice_and_unit_directions(index
             assert not np.any(coefs[..., outside])
             np.testing.assert_allclose(np.linalg.norm(coefs, axis=-1), norm, rtol=1e-5)
     # Moving the index outside a layer's slice leaves that layer's parameters unchanged.
-    z = np.asarray(_sample_indices(1, index_dim, 9)[0])
-    generate = jax.jit(hypermodel.generate_params)
+    z = _sample_indices(1, index_dim, 9)[0]
+    generate = _generate_params
     for i, coords in enumerate(slices):
         moved = z.copy()
         moved[np.setdiff1d(np.arange(index_dim), coords)] += 1.0
@@ -155,9 +168,9 @@ def test_prior_weights_and_biases_have_the_references_variance_and_an_output_bia
     """z ~ N(0, I/k) and unit directions: each generated weight is exactly N(0, 1/(k fan_in))
     and each bias, the output layer's included, N(0, 1/k)."""
     k, n = 5, 4000
-    prior = hypermodel.init_prior_hypermodel(jax.random.key(10), 2, (10, 2), k)
+    prior = _init_prior_hypermodel(jax.random.key(10), 2, (10, 2), k)
     zs = _sample_indices(n, k, 11)
-    generated = jax.vmap(hypermodel.generate_params, in_axes=(None, 0))(prior, zs)
+    generated = _generate_batched(prior, zs)
     for layer in generated:
         fan_in = layer["w"].shape[1]
         for name, expected in (("w", 1 / (k * fan_in)), ("b", 1 / k)):
@@ -166,9 +179,9 @@ def test_prior_weights_and_biases_have_the_references_variance_and_an_output_bia
             assert np.all(np.abs(samples.var(0, ddof=1) - expected)
                           < _variance_tolerance(expected, n)), name
     # The output bias makes the prior nonzero at x = 0, differently for each index.
-    at_zero = jax.vmap(lambda z: networks.apply_mlp(
-        hypermodel.generate_params(prior, z), jnp.zeros((1, 2))))(zs[:3])
-    assert np.all(np.abs(np.asarray(at_zero)) > 0)
+    at_zero = np.asarray(jax.jit(jax.vmap(lambda z: networks.apply_mlp(
+        hypermodel.generate_params(prior, z), jnp.zeros((1, 2)))))(zs[:3]))
+    assert np.all(np.abs(at_zero) > 0)
     assert not np.allclose(at_zero[0], at_zero[1])
 
 
@@ -182,11 +195,16 @@ def test_the_agent_starts_from_these_hypermodels():
     agent = hypermodel.make_hypermodel_agent(config)
     key = jax.random.key(12)
     state = jax.jit(agent.train)(key, data, prior)
-    init_key, _, prior_key, _ = jax.random.split(key, 4)
-    start = hypermodel.init_linear_hypermodel(init_key, 2, (50, 50, 2), config.index_dim)
+
+    @jax.jit  # the key split and both draws in one program
+    def start_and_fixed(key):
+        init_key, _, prior_key, _ = jax.random.split(key, 4)
+        return (hypermodel.init_linear_hypermodel(init_key, 2, (50, 50, 2), config.index_dim),
+                hypermodel.init_prior_hypermodel(prior_key, 2, (10, 10, 2), config.index_dim))
+
+    start, fixed = start_and_fixed(key)
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(start)):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
-    fixed = hypermodel.init_prior_hypermodel(prior_key, 2, (10, 10, 2), config.index_dim)
     for a, b in zip(jax.tree.leaves(state.prior_params), jax.tree.leaves(fixed)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
@@ -203,19 +221,21 @@ def test_prior_is_fixed_and_added_with_its_scale(trained):
                            atol=1e-3)
     assert [leaf["w"].shape for leaf in state.prior_params.a] == [(2, 10, 5), (10, 2, 5)]
     np.testing.assert_allclose(state.prior_scale, 1 / np.sqrt(PROBLEM.temperature), rtol=1e-6)
-    x = jax.random.normal(jax.random.key(6), (9, 2))
-    z = agent.enn.sample_index(jax.random.key(7))
-    expected = (
+    x = np.random.default_rng(6).normal(size=(9, 2)).astype(np.float32)
+    z = jax.jit(agent.enn.sample_index)(jax.random.key(7))
+    expected = jax.jit(lambda state, x, z: (
         networks.apply_mlp(hypermodel.generate_params(state.params, z), x)
         + state.prior_scale
-        * networks.apply_mlp(hypermodel.generate_params(state.prior_params, z), x))
-    np.testing.assert_allclose(agent.enn.apply(state, x, z), expected, rtol=1e-5, atol=1e-4)
+        * networks.apply_mlp(hypermodel.generate_params(state.prior_params, z), x)))(state, x, z)
+    np.testing.assert_allclose(jax.jit(agent.enn.apply)(state, x, z), expected,
+                               rtol=1e-5, atol=1e-4)
 
 
 def test_fits_low_noise_training_data(trained):
     agent, data, _, state, _ = trained
     zs = _indices(agent, 8, 100)
-    probs = jax.vmap(lambda z: jax.nn.softmax(agent.enn.apply(state, data.x, z)))(zs).mean(0)
+    probs = np.asarray(jax.jit(jax.vmap(
+        lambda z: jax.nn.softmax(agent.enn.apply(state, data.x, z))))(zs)).mean(0)
     assert np.mean(np.argmax(probs, axis=-1) == np.asarray(data.y)) >= 0.9
 
 
@@ -225,9 +245,8 @@ def test_bootstrap_weights_have_the_stated_distribution(bootstrap, index_dim):
     """For each training point, its weights over i.i.d. indices are i.i.d. draws."""
     n, num_train = 4000, 30
     weight_fn = hypermodel.bootstrap_weight_fn(jax.random.key(9), bootstrap, num_train, index_dim)
-    zs = jax.jit(jax.vmap(lambda key: hypermodel.sample_index(key, index_dim)))(
-        jax.random.split(jax.random.key(10), n))
-    ids = jnp.arange(num_train)
+    zs = _sample_indices(n, index_dim, 10)
+    ids = np.arange(num_train, dtype=np.int32)
     weights = np.asarray(jax.jit(jax.vmap(weight_fn, in_axes=(0, None)))(zs, ids))  # [z, point]
     assert weights.shape == (n, num_train) and weights.dtype == np.float32
     # Exp(1) and 2 * Bernoulli(1/2) have mean 1 and variance 1: each point's mean
@@ -250,7 +269,8 @@ def test_bootstrap_weights_have_the_stated_distribution(bootstrap, index_dim):
 
 def test_no_bootstrap_is_all_ones_and_unknown_is_rejected():
     weight_fn = hypermodel.bootstrap_weight_fn(jax.random.key(0), "none", 5, 3)
-    np.testing.assert_array_equal(weight_fn(jnp.ones(3), jnp.arange(5)), np.ones(5))
+    np.testing.assert_array_equal(
+        jax.jit(weight_fn)(np.ones(3, np.float32), np.arange(5, dtype=np.int32)), np.ones(5))
     with pytest.raises(ValueError, match="bootstrap must be one of"):
         hypermodel.bootstrap_weight_fn(jax.random.key(0), "poisson", 5, 3)
 

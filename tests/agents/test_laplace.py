@@ -2,9 +2,9 @@
 in test_contract.py)."""
 
 import dataclasses
+import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -15,6 +15,9 @@ SMOKE = leaderboard.get_sweep("smoke")
 PROBLEM = next(p for p in SMOKE.values() if p.num_train == 10)
 TINY = laplace.LaplaceConfig(num_steps=100, hidden=(16, 8))
 NUM_SAMPLES = 2000
+
+# Jitted once here: called eagerly, every primitive compiles on its own.
+_last_layer_features = jax.jit(laplace.last_layer_features)
 
 
 def _train(config):
@@ -30,14 +33,21 @@ def tiny():
     return _train(TINY)
 
 
+@functools.cache
+def _sampler(agent, num):
+    """The agent's logits under num sampled indices, one program per agent (states traced)."""
+    return jax.jit(lambda state, x, key: jax.vmap(lambda k: agent.enn.apply(
+        state, x, agent.enn.sample_index(k)))(jax.random.split(key, num)))
+
+
 def _samples(agent, state, x, num=NUM_SAMPLES):
-    keys = jax.random.split(jax.random.key(7), num)
-    return np.asarray(jax.vmap(lambda k: agent.enn.apply(
-        state, x, agent.enn.sample_index(k)))(keys), np.float64)  # [num, n, K]
+    return np.asarray(_sampler(agent, num)(state, x, jax.random.key(7)), np.float64)  # [num, n, K]
 
 
+@functools.cache
 def _x_test():
-    return jax.random.normal(jax.random.key(1), (5, PROBLEM.input_dim)) * 2.0
+    x = jax.jit(jax.random.normal, static_argnums=1)(jax.random.key(1), (5, PROBLEM.input_dim))
+    return 2.0 * np.asarray(x)
 
 
 def test_precision_factor_is_prior_plus_the_summed_softmax_hessian():
@@ -46,8 +56,8 @@ def test_precision_factor_is_prior_plus_the_summed_softmax_hessian():
     rng = np.random.default_rng(0)
     features = np.concatenate([rng.normal(size=(30, 5)), np.ones((30, 1))], axis=1)
     logits = 2 * rng.normal(size=(30, 3))
-    r = np.asarray(laplace.last_layer_precision_factor(
-        jnp.asarray(features, jnp.float32), jnp.asarray(logits, jnp.float32), 0.5), np.float64)
+    r = np.asarray(jax.jit(laplace.last_layer_precision_factor)(
+        features.astype(np.float32), logits.astype(np.float32), 0.5), np.float64)
     p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     expected = 0.5 * np.eye(18)
     for t in range(30):
@@ -68,9 +78,9 @@ def test_samples_collapse_onto_the_mlp_as_the_prior_precision_grows():
     mlp_params = jax.jit(mlp_agent.train)(jax.random.key(0), data,
                                           leaderboard.prior_knowledge(PROBLEM))
     x = _x_test()
-    mlp_logits = np.asarray(mlp_agent.enn.apply(mlp_params, x, 0), np.float64)
+    mlp_logits = np.asarray(jax.jit(mlp_agent.enn.apply)(mlp_params, x, 0), np.float64)
     samples = _samples(agent, state, x, num=200)
-    features = np.asarray(laplace.last_layer_features(state.params, x))
+    features = np.asarray(_last_layer_features(state.params, x))
     feature_norm = np.linalg.norm(features, axis=-1)
     bound = 6e-4 * feature_norm[None, :, None] + 1e-5  # + float32 rounding of the logits
     worst = (np.abs(samples - mlp_logits[None]) / bound).max()
@@ -101,16 +111,18 @@ def test_logit_covariance_is_the_laplace_posteriors(tiny):
     precision = TINY.prior_precision
     agent, state = tiny
     _, data = leaderboard.load_problem(PROBLEM)
-    train_features = np.asarray(laplace.last_layer_features(state.params, data.x), np.float64)
-    mean_net = agents.make_mlp_agent(TINY.mlp_config()).enn.apply
-    p = np.asarray(jax.nn.softmax(mean_net(state.params, data.x, 0)), np.float64)
+    train_features = np.asarray(_last_layer_features(state.params, data.x), np.float64)
+    mean_net = jax.jit(agents.make_mlp_agent(TINY.mlp_config()).enn.apply)
+    train_logits = np.asarray(mean_net(state.params, data.x, 0), np.float64)
+    p = np.exp(train_logits - train_logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
     width = train_features.shape[1]
     h = precision * np.eye(2 * width)
     for f, p_t in zip(train_features, p):
         jac = np.kron(f[None, :], np.eye(2))
         h += jac.T @ (np.diag(p_t) - np.outer(p_t, p_t)) @ jac
     x = _x_test()[:1]
-    features = np.asarray(laplace.last_layer_features(state.params, x), np.float64)
+    features = np.asarray(_last_layer_features(state.params, x), np.float64)
     jac = np.kron(features, np.eye(2))
     cov = jac @ np.linalg.solve(h, jac.T)
     mean = np.asarray(mean_net(state.params, x, 0), np.float64)[0]

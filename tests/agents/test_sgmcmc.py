@@ -47,7 +47,7 @@ def test_sgld_noise_has_the_langevin_variance_and_a_typed_key():
     (sqrt(2 / n) relative, for Gaussian draws) and the mean within 4 sigma / sqrt(n)."""
     lr, num_train, n = 1e-3, 50, 20000
     transform = sgmcmc.sgld(jax.random.key(0), lr, num_train)
-    state = transform.init(jnp.zeros(3))
+    state = jax.eval_shape(transform.init, np.zeros(3, np.float32))  # its types, no program
     keys = [leaf for leaf in jax.tree.leaves(state)
             if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)]
     assert len(keys) == 1  # the transformation carries a typed key, not an int seed
@@ -56,14 +56,17 @@ def test_sgld_noise_has_the_langevin_variance_and_a_typed_key():
         updates, state = transform.update(jnp.zeros(3), state)
         return state, updates
 
-    _, updates = jax.lax.scan(step, state, None, length=n)
-    updates = np.asarray(updates, np.float64)
+    @jax.jit  # init and the n updates in one program
+    def noise():
+        return jax.lax.scan(step, transform.init(jnp.zeros(3)), None, length=n)[1]
+
+    updates = np.asarray(noise(), np.float64)
     variance = 2 * lr / num_train
     assert np.all(np.abs(updates.var(0) / variance - 1) < 4 * math.sqrt(2 / n)), updates.var(0)
     assert np.all(np.abs(updates.mean(0)) < 4 * math.sqrt(variance / n))
     # same key, same noise; the gradient enters as -lr * g
-    again, _ = sgmcmc.sgld(jax.random.key(0), lr, num_train).update(
-        jnp.ones(3), sgmcmc.sgld(jax.random.key(0), lr, num_train).init(jnp.zeros(3)))
+    again, _ = jax.jit(lambda: sgmcmc.sgld(jax.random.key(0), lr, num_train).update(
+        jnp.ones(3), sgmcmc.sgld(jax.random.key(0), lr, num_train).init(jnp.zeros(3))))()
     np.testing.assert_allclose(again, updates[0] - lr, rtol=1e-5)
 
 
@@ -78,8 +81,11 @@ def test_sgld_momentum_keeps_the_stationary_velocity_variance():
         updates, state = transform.update(jnp.zeros(4), state)
         return state, updates
 
-    _, updates = jax.lax.scan(step, transform.init(jnp.zeros(4)), None, length=n)
-    updates = np.asarray(updates[1000:], np.float64)  # from stationarity
+    @jax.jit  # init and the n updates in one program
+    def velocities():
+        return jax.lax.scan(step, transform.init(jnp.zeros(4)), None, length=n)[1]
+
+    updates = np.asarray(velocities(), np.float64)[1000:]  # from stationarity
     expected = 2 * lr / (num_train * (1 + beta))
     for i in range(4):
         ess = _effective_sample_size(updates[None, :, i])
@@ -120,7 +126,7 @@ def _chains(key, data, loss_fn, l2, lr, momentum, batch_size, num_chains=64, num
                                 num_steps=num_steps, burn_in=burn_in,
                                 snapshot_every=snapshot_every, batch_size=batch_size)
 
-    snapshots = jax.jit(jax.vmap(one_chain))(jax.random.split(key, num_chains))
+    snapshots = jax.jit(lambda key: jax.vmap(one_chain)(jax.random.split(key, num_chains)))(key)
     return np.asarray(snapshots, np.float64)  # [chains, snapshots, 2]
 
 
@@ -183,8 +189,9 @@ def test_same_seed_same_snapshots_and_different_snapshots_predict_differently(tr
     agent, data, prior, snapshots, train = trained
     again = train(jax.random.key(0), data, prior)
     jax.tree.map(np.testing.assert_array_equal, snapshots, again)
-    x = jax.random.normal(jax.random.key(2), (50, 2))
-    logits = [np.asarray(agent.enn.apply(snapshots, x, i)) for i in range(10)]
+    x = np.random.default_rng(2).normal(size=(50, 2)).astype(np.float32)
+    apply = jax.jit(agent.enn.apply)
+    logits = [np.asarray(apply(snapshots, x, i)) for i in range(10)]
     for i in range(10):
         for j in range(i):
             assert np.abs(logits[i] - logits[j]).max() > 1e-3, (i, j)
@@ -193,7 +200,8 @@ def test_same_seed_same_snapshots_and_different_snapshots_predict_differently(tr
 def test_sample_index_is_uniform_over_snapshots(trained):
     """10,000 draws: each snapshot's count within 4 binomial standard errors of 1000."""
     agent = trained[0]
-    draws = jax.vmap(agent.enn.sample_index)(jax.random.split(jax.random.key(0), 10_000))
+    draws = jax.jit(lambda key: jax.vmap(agent.enn.sample_index)(jax.random.split(key, 10_000)))(
+        jax.random.key(0))
     counts = np.bincount(np.asarray(draws), minlength=10)
     assert len(counts) == 10
     assert np.all(np.abs(counts - 1000) < 4 * math.sqrt(10_000 * 0.1 * 0.9)), counts
@@ -205,7 +213,7 @@ def test_trains_under_vmap_with_minibatches_and_evaluates():
     minibatches of 4 from the 10 pairs, then evaluated through the member-counting path."""
     group = [p for p in PAPER.values() if p.num_train == 10 and p.seed == 0]
     loaded = [leaderboard.load_problem(p) for p in group]
-    data = jax.tree.map(lambda *xs: jnp.stack(xs), *[d for _, d in loaded])
+    data = jax.tree.map(lambda *xs: np.stack(xs), *[d for _, d in loaded])
     prior = base.PriorKnowledge(input_dim=2, num_classes=2, num_train=10, env_hidden=(50, 50),
                                 temperature=jnp.array([p.temperature for p in group]))
     agent = sgmcmc.make_sgmcmc_agent(dataclasses.replace(SMALL, batch_size=4))
@@ -214,7 +222,7 @@ def test_trains_under_vmap_with_minibatches_and_evaluates():
     evaluate = jax.jit(kl.make_evaluator(agent.enn, tau=10, num_classes=2, num_test=20,
                                          num_samples=50))
     test = generative.sample_test_data(jax.random.key(2), loaded[0][0], 20, 10)
-    result = evaluate(jax.random.key(1), jax.tree.map(lambda a: a[0], snapshots), test)
+    result = evaluate(jax.random.key(1), jax.tree.map(lambda a: np.asarray(a)[0], snapshots), test)
     assert np.isfinite(result.kl) and bool(result.logits_valid)
 
 

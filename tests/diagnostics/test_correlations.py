@@ -19,12 +19,15 @@ PROBLEM = gp_regression.GPRegressionProblem(
     num_test=20, num_samples=1000, taus=(1,))
 
 
-def _diagnostics(agent, key):
+def _diagnostics(agent, seeds):
+    """The agent's diagnostics from the evaluation key of each seed, and the environment.
+
+    Training (key 0) and the test draw (key 1) do not depend on the seed: done once, jitted."""
     data, prior, env = PROBLEM.instance()
-    state = agent.train(jax.random.key(0), data, prior)
+    state = jax.jit(agent.train)(jax.random.key(0), data, prior)
     test = PROBLEM.sample_test(jax.random.key(1), env, 1)
     evaluate = jax.jit(regression.make_regression_evaluator(agent.enn, 1, 20, 1000))
-    return evaluate(key, state, test).diagnostics, env
+    return [evaluate(jax.random.key(seed), state, test).diagnostics for seed in seeds], env
 
 
 def _prior_agent():
@@ -40,8 +43,7 @@ def _prior_agent():
 
 def _spread(agent):
     """Metacorrelations of 8 independent sets of belief samples: their mean and its SE."""
-    values = np.array([float(_diagnostics(agent, jax.random.key(10 + i))[0].metacorrelation)
-                       for i in range(8)])
+    values = np.array([float(d.metacorrelation) for d in _diagnostics(agent, range(10, 18))[0]])
     return values.mean(), values.std(ddof=1) / np.sqrt(len(values))
 
 
@@ -55,9 +57,9 @@ def test_the_exact_posterior_has_metacorrelation_one():
 
 def test_a_data_blind_agent_scores_the_priors_metacorrelation():
     data, prior, env = PROBLEM.instance()
-    probes = env.pool_x[:PROBLEM.num_probes]
-    prior_correlation = gp_regression.correlation(
-        gp_regression.prior_covariance("relu_nngp", probes, probes))
+    probes = np.asarray(env.pool_x)[:PROBLEM.num_probes]
+    prior_correlation = jax.jit(lambda x: gp_regression.correlation(
+        gp_regression.prior_covariance("relu_nngp", x, x)))(probes)
     rows, cols = np.triu_indices(PROBLEM.num_probes, k=1)
     exact = np.corrcoef(np.asarray(prior_correlation)[rows, cols],
                         np.asarray(env.probe_correlation)[rows, cols])[0, 1]
@@ -86,7 +88,7 @@ def test_a_single_model_has_no_metacorrelation_and_the_xll_of_independent_target
     the oracle's batches of the targets' log-densities under the oracle's marginals."""
     single = base.Agent(lambda key, data, prior: (),
                         base.ENN(lambda s, x, i: jnp.sin(x[:, :1]), lambda key: key))
-    d, env = _diagnostics(single, jax.random.key(0))
+    (d,), env = _diagnostics(single, [0])
     assert np.isnan(float(d.metacorrelation))
     mean, covariance = _oracle_reference(env)
     y = np.asarray(env.probe_y, np.float64)
@@ -106,7 +108,6 @@ def test_the_exact_posteriors_xll_is_its_own_joint_log_likelihood():
     exact = np.mean([stats.multivariate_normal(mean[b], covariance[np.ix_(b, b)]).logpdf(y[b])
                      for b in _oracle_batches(covariance)])
     agent = oracle_gp.make_oracle_gp_agent()
-    values = np.array([float(_diagnostics(agent, jax.random.key(20 + i))[0].xll)
-                       for i in range(8)])
+    values = np.array([float(d.xll) for d in _diagnostics(agent, range(20, 28))[0]])
     stderr = values.std(ddof=1) / np.sqrt(len(values))
     assert abs(values.mean() - exact) < 4 * stderr + 0.01, (values.mean(), exact, stderr)

@@ -3,7 +3,6 @@
 import itertools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -13,12 +12,15 @@ from neural_testbed import likelihood
 _monte_carlo = jax.jit(likelihood.monte_carlo_log_likelihood)
 _partition = jax.jit(likelihood.partition_log_likelihood,
                      static_argnames=("num_hyperplanes", "numerics", "num_samples"))
+_partition_cells = jax.jit(likelihood.partition_cells, static_argnames=("num_hyperplanes",))
+_bernoulli = jax.jit(jax.random.bernoulli, static_argnums=2)
+_randint = jax.jit(jax.random.randint, static_argnums=1)
 
 
 def _log_probs_from_p1(p1):
     """[members, tau] probability of class 1 -> [members, tau, 2] log-probs (float64 exact)."""
     p1 = np.asarray(p1, np.float64)
-    return jnp.asarray(np.log(np.stack([1 - p1, p1], axis=-1)), jnp.float32)
+    return np.log(np.stack([1 - p1, p1], axis=-1)).astype(np.float32)
 
 
 # ----- The paper's coin example (section 2.2) -----------------------------------------
@@ -32,9 +34,10 @@ NUM_SAMPLES = 1000  # M
 
 def _coin_b_members(key, tau):
     """M sampled coins of agent B, grouped: two members weighted by their draw counts."""
-    heads = jax.random.bernoulli(key, 2 / 3, (NUM_SAMPLES,))
-    count = int(heads.sum())
-    log_weights = jnp.log(jnp.array([count, NUM_SAMPLES - count]) / NUM_SAMPLES)
+    heads = _bernoulli(key, 2 / 3, (NUM_SAMPLES,))
+    count = int(np.asarray(heads).sum())
+    log_weights = np.log(np.array([count, NUM_SAMPLES - count]) / NUM_SAMPLES)
+    log_weights = log_weights.astype(np.float32)
     log_probs = _log_probs_from_p1(np.array([[1 - EPS] * tau, [EPS] * tau]))
     return log_probs, log_weights
 
@@ -49,17 +52,17 @@ def _coin_b_exact(labels):
 @pytest.mark.parametrize("labels", [[1] * 10, [0] * 10, [1, 0, 1, 1, 0, 1, 1, 1, 0, 1]])
 def test_coin_example_matches_closed_form(estimator, labels):
     tau = len(labels)
-    y = jnp.array(labels, jnp.int32)
+    y = np.array(labels, np.int32)
     # Agent A: one member, so the estimate is exact for any M.
     log_probs_a = _log_probs_from_p1(np.full((1, tau), 2 / 3))
     # Agent B: M draws of a Bernoulli(2/3) coin type.
     log_probs_b, log_weights_b = _coin_b_members(jax.random.key(7), tau)
     if estimator == "monte_carlo":
-        est_a = _monte_carlo(log_probs_a, y, jnp.zeros(1))
+        est_a = _monte_carlo(log_probs_a, y, np.zeros(1, np.float32))
         est_b = _monte_carlo(log_probs_b, y, log_weights_b)
     else:
         key = jax.random.key(3)
-        est_a = _partition(key, log_probs_a, y, jnp.zeros(1))
+        est_a = _partition(key, log_probs_a, y, np.zeros(1, np.float32))
         est_b = _partition(key, log_probs_b, y, log_weights_b)
     h = sum(labels)
     exact_a = h * np.log(2 / 3) + (tau - h) * np.log(1 / 3)
@@ -79,17 +82,17 @@ def test_coin_example_joint_likelihoods_differ_at_tau_10():
     """Marginals agree (tau=1), joints do not: the reason the testbed looks at tau > 1."""
     log_probs_a = _log_probs_from_p1(np.full((1, 1), 2 / 3))
     log_probs_b, log_weights_b = _coin_b_members(jax.random.key(7), 1)
-    y = jnp.array([1])
-    marg_a = _monte_carlo(log_probs_a, y, jnp.zeros(1))
+    y = np.array([1], np.int32)
+    marg_a = _monte_carlo(log_probs_a, y, np.zeros(1, np.float32))
     marg_b = _monte_carlo(log_probs_b, y, log_weights_b)
     # tau = 1: B's estimate is the heads fraction of M draws; 4 standard errors of it.
     assert abs(np.exp(marg_b) - np.exp(marg_a)) < 4 * np.sqrt(2 / 9 / NUM_SAMPLES)
-    y10 = jnp.ones(10, jnp.int32)
+    y10 = np.ones(10, np.int32)
     joint_a = _monte_carlo(
-        _log_probs_from_p1(np.full((1, 10), 2 / 3)), y10, jnp.zeros(1))
+        _log_probs_from_p1(np.full((1, 10), 2 / 3)), y10, np.zeros(1, np.float32))
     log_probs_b10, _ = _coin_b_members(jax.random.key(7), 10)
     joint_b = _monte_carlo(log_probs_b10, y10, log_weights_b)
-    assert joint_b - joint_a > 3.0  # log(2/3) vs 10 log(2/3)
+    assert float(joint_b) - float(joint_a) > 3.0  # log(2/3) vs 10 log(2/3)
 
 
 # ----- A small finite ensemble: enumerate the exact mixture ----------------------------
@@ -109,10 +112,10 @@ def test_finite_ensemble_agrees_with_enumerated_mixture(estimator):
     within 4 Monte Carlo standard errors, for every one of the 2^3 label sequences."""
     log_probs = _log_probs_from_p1(P1)
     for labels in itertools.product([0, 1], repeat=3):
-        y = jnp.array(labels, jnp.int32)
-        idx = jax.random.randint(jax.random.key(sum(labels) + 10 * labels[0]), (NUM_SAMPLES,), 0, 3)
+        y = np.array(labels, np.int32)
+        idx = _randint(jax.random.key(sum(labels) + 10 * labels[0]), (NUM_SAMPLES,), 0, 3)
         counts = np.bincount(np.asarray(idx), minlength=3)
-        log_weights = jnp.log(jnp.asarray(counts / NUM_SAMPLES, jnp.float32))
+        log_weights = np.log(counts / NUM_SAMPLES).astype(np.float32)
         exact, per_member = _exact_mixture(labels, np.full(3, 1 / 3))
         if estimator == "monte_carlo":
             est = _monte_carlo(log_probs, y, log_weights)
@@ -126,18 +129,18 @@ def test_finite_ensemble_agrees_with_enumerated_mixture(estimator):
 def test_partition_is_exact_when_every_member_has_its_own_cell():
     log_probs = _log_probs_from_p1(P1)
     weights = np.array([0.5, 0.3, 0.2])
-    log_weights = jnp.log(jnp.asarray(weights, jnp.float32))
+    log_weights = np.log(weights).astype(np.float32)
     distinct_keys = 0
     for seed in range(40):
         key = jax.random.key(seed)
-        cells = np.asarray(likelihood.partition_cells(key, log_probs))
+        cells = np.asarray(_partition_cells(key, log_probs))
         if len(set(cells)) < 3:
             continue
         distinct_keys += 1
         for labels in itertools.product([0, 1], repeat=3):
             exact, _ = _exact_mixture(labels, weights)
             est = _partition(
-                key, log_probs, jnp.array(labels, jnp.int32), log_weights)
+                key, log_probs, np.array(labels, np.int32), log_weights)
             np.testing.assert_allclose(float(est), exact, rtol=1e-5, atol=1e-6)
     assert distinct_keys >= 10  # the check above really ran
 
@@ -145,10 +148,10 @@ def test_partition_is_exact_when_every_member_has_its_own_cell():
 def test_partition_merges_members_in_one_cell_by_averaging():
     """With all members in one cell, Algorithm 4 is the product of the averaged probabilities."""
     log_probs = _log_probs_from_p1(np.array([[0.6, 0.6], [0.61, 0.61]]))  # nearly identical
-    y = jnp.array([1, 1])
-    cells = likelihood.partition_cells(jax.random.key(0), log_probs)
+    y = np.array([1, 1], np.int32)
+    cells = np.asarray(_partition_cells(jax.random.key(0), log_probs))
     assert cells[0] == cells[1]
-    est = _partition(jax.random.key(0), log_probs, y, jnp.log(jnp.array([0.5, 0.5])))
+    est = _partition(jax.random.key(0), log_probs, y, np.log([0.5, 0.5]).astype(np.float32))
     np.testing.assert_allclose(float(est), 2 * np.log(0.605), rtol=1e-5)
 
 
@@ -156,13 +159,19 @@ def test_partition_merges_members_in_one_cell_by_averaging():
 def test_occupied_cells_count_the_cells_of_drawn_members(numerics):
     """The count beside the estimate is the number of distinct cells of members with weight > 0;
     the estimate is the one partition_log_likelihood gives alone."""
-    key, probs_key = jax.random.split(jax.random.key(3))
-    log_probs = jax.nn.log_softmax(jax.random.normal(probs_key, (50, 4, 3)))  # 50 members
-    labels = jnp.array([0, 1, 2, 0])
-    cells = np.asarray(likelihood.partition_cells(key, log_probs, num_hyperplanes=3))
+
+    @jax.jit  # the key split and the draw in one program
+    def key_and_log_probs(key):
+        key, probs_key = jax.random.split(key)
+        return key, jax.nn.log_softmax(jax.random.normal(probs_key, (50, 4, 3)))  # 50 members
+
+    key, log_probs = key_and_log_probs(jax.random.key(3))
+    labels = np.array([0, 1, 2, 0], np.int32)
+    cells = np.asarray(_partition_cells(key, log_probs, num_hyperplanes=3))
     undrawn = cells == cells[0]  # one whole cell of members never drawn: it must not count
     weights = np.where(undrawn, 0.0, 1.0 / np.sum(~undrawn))
-    log_weights = jnp.log(jnp.asarray(weights, jnp.float32))
+    with np.errstate(divide="ignore"):  # log(0) = -inf: an undrawn member
+        log_weights = np.log(weights).astype(np.float32)
     both = jax.jit(likelihood.partition_log_likelihood_and_cells,
                    static_argnames=("num_hyperplanes", "numerics"))
     estimate, count = both(key, log_probs, labels, log_weights, num_hyperplanes=3,
@@ -175,9 +184,10 @@ def test_occupied_cells_count_the_cells_of_drawn_members(numerics):
 
 def test_estimates_stay_finite_for_confident_members():
     """Log space: a member that puts log-prob -200 on the label does not underflow the estimate."""
-    log_p = jnp.array([[[-200.0, 0.0]] * 100, [[-1.0, -0.4587]] * 100])  # [2, tau=100, 2]
-    y = jnp.zeros(100, jnp.int32)
-    log_w = jnp.log(jnp.array([0.5, 0.5]))
+    log_p = np.array([[[-200.0, 0.0]] * 100, [[-1.0, -0.4587]] * 100],
+                     np.float32)  # [2, tau=100, 2]
+    y = np.zeros(100, np.int32)
+    log_w = np.log([0.5, 0.5]).astype(np.float32)
     mc = _monte_carlo(log_p, y, log_w)
     part = _partition(jax.random.key(0), log_p, y, log_w)
     np.testing.assert_allclose(float(mc), np.log(0.5) - 100.0, rtol=1e-5)
@@ -229,16 +239,16 @@ def test_partition_is_finite_and_exact_for_large_gaps_between_members(gap, numer
         b[50:] -= gap / 50
     label_log_probs = np.stack([a, b])  # [2, tau], the label's log-probability
     other = np.log1p(-np.exp(label_log_probs))  # the other class
-    log_probs = jnp.asarray(np.stack([label_log_probs, other], axis=-1), jnp.float32)
-    y = jnp.zeros(tau, jnp.int32)
-    log_w = jnp.log(jnp.array([0.3, 0.7]))
+    log_probs = np.stack([label_log_probs, other], axis=-1).astype(np.float32)
+    y = np.zeros(tau, np.int32)
+    log_w = np.log([0.3, 0.7]).astype(np.float32)
     split = 0
     for seed in range(12):
         key = jax.random.key(seed)
-        cells = np.asarray(likelihood.partition_cells(key, log_probs))
+        cells = np.asarray(_partition_cells(key, log_probs))
         split += len(set(cells)) == 2
         est = _partition(key, log_probs, y, log_w, numerics=numerics)
-        expected = _algorithm4_in_float64(cells, log_probs[..., 0], log_w, numerics)
+        expected = _algorithm4_in_float64(cells, np.asarray(log_probs)[..., 0], log_w, numerics)
         assert np.isfinite(float(est))
         # float32 log-probabilities summed over tau inputs: rounding of ~1e-7 relative each.
         np.testing.assert_allclose(float(est), expected, rtol=1e-5, atol=1e-4)
