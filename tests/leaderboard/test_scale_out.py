@@ -129,8 +129,10 @@ def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path, mon
 def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'neural-testbed[ray]')")
     psutil = pytest.importorskip("psutil")
-    # The command runs the smoke sweep at its full size, so the plain rows are of it too.
-    plain = _sweep(tmp_path / "plain.db", list(leaderboard.get_sweep("smoke").values()))[1]
+    # The command runs the smoke sweep at its full size (taus 1 and 2: the same work units,
+    # a fraction of the evaluation), so the plain rows are of it too.
+    plain = _sweep(tmp_path / "plain.db", [dataclasses.replace(p, taus=(1, 2))
+                                           for p in leaderboard.get_sweep("smoke").values()])[1]
     # Every process of this run inherits the marker, so the test never touches
     # another run's Ray workers on a shared machine.
     marker = f"{os.getpid()}-{tmp_path.name}"
@@ -138,7 +140,8 @@ def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(tmp_path)
     db = tmp_path / "ray.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "neural_testbed.cli", "sweep", "--agent", "toy", "--import", TOY,
-         "--sweep", "smoke", "--db", str(db), "--backend", "ray", "--workers", "2", "--quiet"],
+         "--sweep", "smoke", "--taus", "1,2", "--db", str(db), "--backend", "ray", "--workers",
+         "2", "--quiet"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
     deadline = time.monotonic() + 300
