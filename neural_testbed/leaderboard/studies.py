@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from neural_testbed.active import tal
+from neural_testbed.active import selection, tal
 from neural_testbed.leaderboard import probing
 from neural_testbed.leaderboard.configs import config_hash, config_json
 
@@ -70,8 +70,11 @@ def _canonical(settings: Any) -> str:
 
 
 def tal_settings_json(settings: tal.TALSettings) -> str:
-    """The settings of a TAL record: all of :class:`~neural_testbed.active.TALSettings`."""
-    return _canonical(settings)
+    """The settings of a TAL record: all of :class:`~neural_testbed.active.TALSettings`,
+    the methods in one order (each method's queries and keys do not depend on the others,
+    so ``--method random,batchmig`` is the record of ``batchmig,random``)."""
+    methods = tuple(m for m in selection.METHODS if m in settings.methods)
+    return _canonical(dataclasses.replace(settings, methods=methods))
 
 
 def probe_settings_json(settings: probing.ProbeSettings) -> str:

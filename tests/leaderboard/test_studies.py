@@ -73,6 +73,11 @@ def test_tal_resumes_from_the_store_and_a_rerun_prints_the_same(tmp_path, capsys
     assert "1 problems computed, 1 reused" in resumed.err
     assert "0 problems computed, 2 reused" in again.err
     assert again.out == resumed.out
+    # The methods in another order are the same settings: nothing is computed again.
+    swapped = ["random,batchmig" if a == "batchmig,random" else a for a in argv]
+    assert cli.main([*swapped, both]) == 0
+    assert "0 problems computed, 2 reused" in capsys.readouterr().err
+    assert computed[-1] == []
     assert _without_timings(again.err) == _without_timings(resumed.err)
     # The table is the mean of the stored curves; the first problem's, exactly what the
     # first run printed.
