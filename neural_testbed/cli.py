@@ -105,6 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     fmt.add_argument("--format", default="table", choices=["table", "csv", "markdown"],
                      help="output format (default: table)")
 
+    study = argparse.ArgumentParser(add_help=False)  # probe and tal: stored per problem
+    study.add_argument("--recompute", action="store_true",
+                       help="recompute problems already in the store, replacing them")
+    study.add_argument("--quiet", action="store_true", help="no progress bar")
+
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "run", parents=[common, db, sweep_choice, compute, scale, one_agent],
@@ -236,7 +241,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "data regime, one point per config) to this PNG file")
 
     probe = commands.add_parser(
-        "probe", parents=[common, db, one_agent],
+        "probe", parents=[common, db, one_agent, study],
         help="Grover et al.'s probes of an agent's predictive uncertainty (regression)",
         description="Train an agent on each regression problem of a sweep (as `run` does) "
                     "and compute, from its belief samples plus the known noise (s = the "
@@ -275,11 +280,8 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--out", metavar="DIR",
                        help="also write variance_by_distance.png, self_certainty.png, "
                             "inclusion.png and uncertainty_reduction.png here")
-    probe.add_argument("--recompute", action="store_true",
-                       help="recompute problems already in the store, replacing them")
-    probe.add_argument("--quiet", action="store_true", help="no progress bar")
     tal = commands.add_parser(
-        "tal", parents=[common, db, one_agent, fmt],
+        "tal", parents=[common, db, one_agent, fmt, study],
         help="transductive active learning with the agent choosing the queries (Wang et al.)",
         description="Per problem and selection method, rounds of queries: each round the agent "
                     "is trained on the current training set, its predictive covariance over the "
@@ -318,9 +320,6 @@ def _parser() -> argparse.ArgumentParser:
     tal.add_argument("--out", metavar="FILE.png",
                      help="also draw test log-likelihood against labels queried, one line per "
                           "method, to this PNG file")
-    tal.add_argument("--recompute", action="store_true",
-                     help="recompute problems already in the store, replacing them")
-    tal.add_argument("--quiet", action="store_true", help="no progress bar")
     xll = commands.add_parser(
         "xll", parents=[common, db, fmt],
         help="XLL and XLLR across agents on a regression sweep (Wang et al.)",
@@ -968,13 +967,6 @@ def _cmd_tal(args) -> int:
         raise ValueError(f"agent {args.agent!r} is not built for regression problems (it "
                          f"predicts {', '.join(spec.targets)}); tal needs a regression agent")
     methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
-    if not methods or set(methods) - set(active.METHODS) or len(set(methods)) < len(methods):
-        raise ValueError(f"--method {args.method!r}: expected distinct names among "
-                         f"{', '.join(active.METHODS)}, comma-separated")
-    for flag, value, least in (("--rounds", args.rounds, 1), ("--batch", args.batch, 1),
-                               ("--samples", args.samples, 2)):
-        if value < least:
-            raise ValueError(f"{flag} {value}: expected an integer >= {least}")
     sweep_lib.check_options(agent_seed=args.seed)
     settings = active.TALSettings(num_rounds=args.rounds, batch_size=args.batch,
                                   num_samples=args.samples, methods=methods,

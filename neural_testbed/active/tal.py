@@ -92,17 +92,18 @@ class TALSettings:
     agent_seed: int = 0  # folded into each problem's agent key, as `run --seed`
 
     def __post_init__(self):
-        for name, least in (("num_rounds", 1), ("batch_size", 1), ("num_samples", 2)):
+        for name, flag, least in (("num_rounds", "--rounds", 1), ("batch_size", "--batch", 1),
+                                  ("num_samples", "--samples", 2)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+                raise ValueError(f"{name} ({flag}) must be an integer >= {least}, got {value!r}")
         if not isinstance(self.agent_seed, int) or not 0 <= self.agent_seed < 2**32:
             raise ValueError(f"agent_seed must be an integer from 0 to {2**32 - 1} (fold_in "
                              f"data), got {self.agent_seed!r}")
         unknown = [m for m in self.methods if m not in selection.METHODS]
         if unknown or not self.methods or len(set(self.methods)) != len(self.methods):
-            raise ValueError(f"methods {','.join(self.methods) or '(none)'}: expected distinct "
-                             f"names among {', '.join(selection.METHODS)}")
+            raise ValueError(f"methods (--method) {','.join(self.methods) or '(none)'}: expected "
+                             f"distinct names among {', '.join(selection.METHODS)}")
 
 
 class TALResult(NamedTuple):

@@ -135,7 +135,7 @@ def test_a_pool_too_small_for_the_rounds_is_refused(settings, message):
 @pytest.mark.parametrize("fields, message", [
     (dict(methods=("batchmig", "bald")), "distinct names among batchmig, tig, mig, random"),
     (dict(methods=("tig", "tig")), "distinct names"),
-    (dict(num_rounds=0), "num_rounds must be an integer >= 1"),
+    (dict(num_rounds=0), r"num_rounds \(--rounds\) must be an integer >= 1, got 0"),
 ])
 def test_bad_settings_are_refused_in_one_line(fields, message):
     with pytest.raises(ValueError, match=message):
