@@ -23,9 +23,13 @@ And without XLA's CPU fusion emitters (``--xla_cpu_use_fusion_emitters=false`` i
 ``XLA_FLAGS``, inherited likewise): fused loops are emitted by the older elemental
 emitter, which compiles about a third faster (an ensemble+ training program and 160
 single operations: 5.9 -> 4.0 s and 7.1 -> 4.7 s) with the same results to float32
-rounding. The flag is set only if this JAX's XLA accepts it (XLA ends a process on an
-unknown flag, so one short subprocess checks first); ``XLA_FLAGS`` that already name
-it are left as they are.
+rounding. And with each program's code generated in one piece
+(``--xla_cpu_parallel_codegen_split_count=1``): XLA otherwise splits it for parallel
+compilation, which the test processes, each compiling its own programs, gain nothing
+from (test_contract.py's 140 programs: 21.5 -> 18.1 s of compiling, one process). A
+flag is set only if this JAX's XLA accepts it (XLA ends a process on an unknown flag,
+so a short subprocess checks first); flags that ``XLA_FLAGS`` already names are left
+as they are.
 """
 
 import os
@@ -43,23 +47,34 @@ _SETTINGS = {
 }
 
 
-_FAST_COMPILE_FLAG = "--xla_cpu_use_fusion_emitters=false"
+_FAST_COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false",
+                       "--xla_cpu_parallel_codegen_split_count=1")
 
 
-def _add_fast_compile_flag():
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_use_fusion_emitters" in flags:  # set already (by the user, or for workers)
-        return
-    flags = f"{flags} {_FAST_COMPILE_FLAG}".strip()
+def _accepted(flags: str) -> bool:
+    """Whether this JAX's XLA starts with these XLA_FLAGS (it ends the process otherwise)."""
     check = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(1) + 1"],
                            env=dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu"),
                            capture_output=True, timeout=120)
-    if check.returncode == 0:
-        os.environ["XLA_FLAGS"] = flags
+    return check.returncode == 0
+
+
+def _add_fast_compile_flags():
+    flags = os.environ.get("XLA_FLAGS", "")
+    wanted = [f for f in _FAST_COMPILE_FLAGS if f.split("=")[0] not in flags]  # not set already
+    if not wanted:  # by the user, or inherited by a worker
+        return
+    if _accepted(" ".join([flags, *wanted])):
+        os.environ["XLA_FLAGS"] = " ".join([flags, *wanted]).strip()
+        return
+    for flag in wanted:  # one of them is unknown to this XLA: keep those it accepts
+        if _accepted(f"{flags} {flag}"):
+            flags = f"{flags} {flag}".strip()
+    os.environ["XLA_FLAGS"] = flags
 
 
 def pytest_configure(config):
-    _add_fast_compile_flag()  # before any test starts JAX's backend, which reads XLA_FLAGS
+    _add_fast_compile_flags()  # before any test starts JAX's backend, which reads XLA_FLAGS
     cache = getattr(config, "cache", None)
     if cache is not None:
         directory = str(cache.mkdir("xla"))
@@ -78,6 +93,14 @@ def pytest_configure(config):
             jax.config.update(name.lower(), value.lower() in ("1", "true") if isinstance(
                 current, bool) else type(current)(value))
 
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one test process more than cores (capped by ``--maxprocesses``): a
+    process spends part of its time waiting on the commands, workers and Ray clusters
+    its tests start, and in Python, so a third process on 2 cores keeps both busy
+    (whole suite, 2-core machine: 387 s with 2 processes, 355 s with 3)."""
+    return (os.cpu_count() or 1) + 1
 
 
 @pytest.fixture

@@ -129,6 +129,7 @@ def test_weight_samples_have_the_posterior_moments():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("optimised_compiles")  # 1500 training steps: running, not compiling
 def test_strong_kl_pulls_the_posterior_to_the_prior():
     """With one training pair the KL / T term dominates: after training, the posterior
     stddevs of the hidden layer sit near sigma_1 and the means near 0 (the Gaussian prior),

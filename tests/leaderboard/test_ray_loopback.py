@@ -54,12 +54,14 @@ def _label(process) -> str:
 
 
 def test_local_ray_cluster_listens_on_loopback_only(tmp_path):
+    # Taus 1 and 2, not the sweep's 1 and 100: the same cluster and work units, less evaluation.
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("RAY_ADDRESS", None)  # a local cluster, started by the command
     with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "neural_testbed.cli", "run", "--agent", "toy", "--import",
-             TOY, "--sweep", "smoke", "--problems-per-batch", "1", "--backend", "ray", "--workers", "1",
+             TOY, "--sweep", "smoke", "--taus", "1,2", "--problems-per-batch", "1", "--backend", "ray",
+             "--workers", "1",
              "--db", str(tmp_path / "ray.db"), "--quiet"],
             cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True)
     seen: dict[str, set[str]] = {}  # process -> "ip:port" it listened on

@@ -108,12 +108,17 @@ def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
      (["compare", "--agent", "nope", "--db", "ref.db"], "--agent 'nope': no such agent"),
      (["run", "--agent", "mlp", "--import", "no_such_module"], "--import no_such_module: No module")],
 )
-def test_bad_input_is_a_clear_message_without_traceback(workdir, args, message):
+def test_bad_input_is_a_clear_message_without_traceback(workdir, args, message, monkeypatch,
+                                                        capsys):
+    """In this process (the command's own entry point, without a new interpreter per case)."""
+    from neural_testbed import cli, leaderboard
+
     (workdir / "corrupt.db").write_bytes(b"garbage" * 200)
     if not (workdir / "empty.db").exists():
-        from neural_testbed import leaderboard
         leaderboard.ResultsStore(workdir / "empty.db").close()
-    status, out, err = _run(args, workdir)
+    monkeypatch.chdir(workdir)
+    status = cli.main(args)
+    err = capsys.readouterr().err
     assert message in err, err
     assert "Traceback" not in err
     if not message.startswith("note:"):

@@ -87,6 +87,7 @@ def _spread_ratio(evaluate, tau, num_test):
     return np.std(estimates, ddof=1) / np.mean(stderrs)
 
 
+@pytest.mark.usefixtures("optimised_compiles")  # 12 evaluations at N = M = 300: running, not compiling
 @pytest.mark.parametrize("tau", [1, 100])
 def test_reported_stderr_matches_the_spread_of_repeated_evaluations(tau):
     """A fixed 100-member mixture evaluated with 12 keys: the spread of the estimates is
@@ -100,6 +101,7 @@ def test_reported_stderr_matches_the_spread_of_repeated_evaluations(tau):
     assert 0.6 <= _spread_ratio(evaluate, tau, 300) <= 1.5
 
 
+@pytest.mark.usefixtures("optimised_compiles")  # 12 evaluations at N = M = 200: running, not compiling
 def test_reported_stderr_matches_the_spread_through_a_plain_sampler():
     """The same through ``evaluate_sampler``: every (test sample, belief sample) is a
     distinct network (M x N = 4 x 10^4 of them), same bounds. N = M = 200: with N = M
