@@ -126,6 +126,11 @@ def _parser() -> argparse.ArgumentParser:
                     "writing every result to the store as soon as it is computed. Rerun after "
                     "an interruption to continue where it stopped.")
     sweep.add_argument("--agent", required=True, help="registered agent name")
+    sweep.add_argument("--configs", default=registry.PAPER_SWEEP, metavar="NAME",
+                       help="which of the agent's config sweeps: 'paper' (default, the paper's "
+                            "hyperparameter sweep) or one the agent names (`neural-testbed "
+                            "agents` lists them), e.g. ensemble+'s 'prior-functions' for "
+                            "Figure 7")
 
     board = commands.add_parser(
         "leaderboard", parents=[common, db, sweep_choice, fmt],
@@ -405,6 +410,8 @@ def _cmd_agents() -> int:
     for name, spec in sorted(registry.AGENTS.items()):
         print(f"{name}: {spec.description}")
         print(f"  sweep: {len(spec.sweep())} configs")
+        for name, make in sorted(spec.other_sweeps.items()):
+            print(f"  sweep --configs {name}: {len(make())} configs")
         for field, value in vars(spec.default).items():
             print(f"  {field} = {value!r}")
     return 0
@@ -645,10 +652,11 @@ def _report_failures(rows, keep_going: bool) -> int:
 
 def _cmd_sweep(args) -> int:
     spec = registry.get_agent(args.agent)
-    configs = list(spec.sweep())
+    configs = list(spec.configs(args.configs))
     problems = _sweep_problems(args)
     start = time.perf_counter()
-    summary, _ = _compute(args, configs, f"sweep {args.agent}: {len(configs)} configs x "
+    which = "" if args.configs == registry.PAPER_SWEEP else f" ({args.configs})"
+    summary, _ = _compute(args, configs, f"sweep {args.agent}: {len(configs)} configs{which} x "
                                          f"{len(problems)} problems ({args.sweep}) into {args.db}")
     print(f"done in {time.perf_counter() - start:.1f} s: {summary.computed} rows computed, "
           f"{summary.reused} reused, {summary.failed} failed")

@@ -187,6 +187,32 @@ def test_bad_run_settings_are_refused_before_the_store_is_made(tmp_path, capsys,
         assert not db.exists()  # not even an empty store file
 
 
+def test_sweep_runs_a_named_config_sweep_and_refuses_an_unknown_one(tmp_path, capsys,
+                                                                     monkeypatch):
+    """`sweep --configs prior-functions` hands ensemble+'s Figure 7 configs to the sweep;
+    an unknown name is one line naming the agent's sweeps, before a store is made."""
+    db = tmp_path / "new.db"
+    assert cli.main(["sweep", "--agent", "ensemble+", "--configs", "priors", "--db",
+                     str(db)]) == 2
+    _one_error_line(capsys, "--configs 'priors'", "'paper', 'prior-functions'")
+    assert cli.main(["sweep", "--agent", "mlp", "--configs", "prior-functions", "--db",
+                     str(db)]) == 2
+    _one_error_line(capsys, "this agent's config sweeps are 'paper'")
+    assert not db.exists()
+    handed = []
+
+    def run_sweep(name, configs, problems, store, **kwargs):
+        handed.append((name, tuple(configs)))
+        raise KeyboardInterrupt  # stop before any work, as Ctrl-C would
+    monkeypatch.setattr(sweep_lib, "run_sweep", run_sweep)
+    assert cli.main(["sweep", "--agent", "ensemble+", "--configs", "prior-functions",
+                     "--sweep", "smoke", "--db", str(db)]) == 130
+    assert handed == [("ensemble+", agents.ensemble_plus_prior_sweep())]
+    assert "11 configs (prior-functions) x 4 problems" in capsys.readouterr().err
+    assert cli.main(["agents"]) == 0
+    assert "sweep --configs prior-functions: 11 configs" in capsys.readouterr().out
+
+
 def test_unusable_output_paths_are_refused_before_any_work(tmp_path, capsys, no_work, store):
     (tmp_path / "a_dir").mkdir()
     (tmp_path / "a_file").write_text("x")

@@ -33,7 +33,10 @@ from neural_testbed.agents import (
     sgmcmc,
 )
 
-__all__ = ["AGENTS", "AgentSpec", "get_agent", "parse_overrides", "register", "unregister"]
+__all__ = ["AGENTS", "AgentSpec", "PAPER_SWEEP", "get_agent", "parse_overrides", "register",
+           "unregister"]
+
+PAPER_SWEEP = "paper"  # the name of every agent's own hyperparameter sweep (AgentSpec.sweep)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,9 @@ class AgentSpec:
         ``ValueError`` when a config cannot run on ``target`` problems although
         the agent can (ensemble+'s VAE prior on regression); None when every
         config runs on every target.
+      other_sweeps: named config sweeps beside ``sweep``, for studies that vary
+        other fields (ensemble+'s ``prior-functions`` for the paper's Figure 7);
+        ``sweep --configs NAME`` runs one.
     """
 
     config_type: type
@@ -61,6 +67,8 @@ class AgentSpec:
     description: str = ""
     targets: tuple[str, ...] = ("classification",)
     check_target: Callable[[Any, str], None] | None = None
+    other_sweeps: Mapping[str, Callable[[], Sequence[Any]]] = dataclasses.field(
+        default_factory=dict)
 
     def __post_init__(self):
         if not (dataclasses.is_dataclass(self.config_type) and isinstance(self.config_type, type)):
@@ -70,10 +78,24 @@ class AgentSpec:
                              f"got {self.targets!r}")
         if self.check_target is not None and not callable(self.check_target):
             raise TypeError(f"check_target must be callable or None, got {self.check_target!r}")
+        if PAPER_SWEEP in self.other_sweeps or not all(
+                isinstance(name, str) and callable(make) for name, make in self.other_sweeps.items()):
+            raise TypeError(f"other_sweeps must map names other than {PAPER_SWEEP!r} to "
+                            f"callables, got {dict(self.other_sweeps)!r}")
         if not isinstance(self.default, self.config_type):
             raise TypeError(
                 f"default must be an instance of {self.config_type.__name__}, got {self.default!r}"
             )
+
+    def configs(self, sweep: str = PAPER_SWEEP) -> tuple[Any, ...]:
+        """The configs of the named sweep: ``"paper"`` is :attr:`sweep`, any other
+        name one of :attr:`other_sweeps`."""
+        if sweep == PAPER_SWEEP:
+            return tuple(self.sweep())
+        if sweep not in self.other_sweeps:
+            allowed = ", ".join(repr(n) for n in (PAPER_SWEEP, *sorted(self.other_sweeps)))
+            raise ValueError(f"--configs {sweep!r}: this agent's config sweeps are {allowed}")
+        return tuple(self.other_sweeps[sweep]())
 
 
 _REGISTRY: dict[str, AgentSpec] = {
@@ -101,6 +123,7 @@ _REGISTRY: dict[str, AgentSpec] = {
         description="ensemble with randomised prior functions and bootstrap (Osband et al. 2018)",
         targets=("classification", "regression"),
         check_target=ensemble_plus.check_target,
+        other_sweeps={"prior-functions": ensemble_plus.ensemble_plus_prior_sweep},
     ),
     "hypermodel": AgentSpec(
         config_type=hypermodel.HypermodelConfig,

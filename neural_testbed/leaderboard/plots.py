@@ -41,6 +41,7 @@ from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
 
 __all__ = [
+    "best_prior_scales",
     "figure_agent_samples",
     "figure_kl_vs_num_train",
     "figure_kl_vs_time",
@@ -385,23 +386,42 @@ def prior_function_label(config: Mapping[str, Any]) -> str:
 def prior_function_ratios(
     rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any], agent: str = "ensemble+",
     baseline: str = "mlp",
-) -> dict[tuple[Any, int, str], dict[int, list[float]]]:
-    """Figure 7's numbers: (stratum's first coordinate, tau, prior) -> T -> per-seed ratios
-    of the agent's value to the baseline default config's on the same problem and tau."""
+) -> dict[tuple[Any, int, str, float], dict[int, list[float]]]:
+    """Figure 7's numbers: (stratum's first coordinate, tau, prior, prior scale) -> T ->
+    per-seed ratios of the agent's value to the baseline default config's on the same
+    problem and tau."""
     base_hash = configs_lib.config_hash(baseline, registry.get_agent(baseline).default)
     base = {(r["problem_id"], r["tau"]): r["kl"] for r in rows
             if r["agent"] == baseline and r["config_hash"] == base_hash and r["status"] == "ok"}
-    ratios: dict[tuple[Any, int, str], dict[int, list[float]]] = {}
+    ratios: dict[tuple[Any, int, str, float], dict[int, list[float]]] = {}
     for r in rows:
         key = (r["problem_id"], r["tau"])
         if r["agent"] != agent or r["status"] != "ok" or key not in base or \
                 r["problem_id"] not in problems or not base[key] > 0:
             continue
         problem = problems[r["problem_id"]]
-        label = prior_function_label(json.loads(r["config"]) or {})
-        cell = ratios.setdefault((problem.stratum[0], r["tau"], label), {})
+        config = json.loads(r["config"]) or {}
+        label = prior_function_label(config)
+        scale = 0.0 if label == "none" else float(config.get("prior_scale", 0.0))
+        cell = ratios.setdefault((problem.stratum[0], r["tau"], label, scale), {})
         cell.setdefault(problem.num_train, []).append(r["kl"] / base[key])
     return ratios
+
+
+def best_prior_scales(
+    ratios: Mapping[tuple[Any, int, str, float], Mapping[int, Sequence[float]]],
+) -> dict[tuple[Any, int, str], float]:
+    """(dataset, tau, prior) -> the prior scale whose ratios, pooled over T and seeds,
+    have the lowest mean: Figure 7 shows each prior function at its best scale.
+
+    Chosen and shown on the same problems, so the curves are optimistic for a prior
+    with many scales, as the leaderboard's ``same`` selection is; ``none`` has one."""
+    best: dict[tuple[Any, int, str], tuple[float, float]] = {}
+    for (where, tau, label, scale), by_t in sorted(ratios.items(), key=lambda kv: kv[0][3]):
+        mean = float(np.mean([v for values in by_t.values() for v in values]))
+        if (where, tau, label) not in best or mean < best[(where, tau, label)][0]:
+            best[(where, tau, label)] = (mean, scale)
+    return {key: scale for key, (_, scale) in best.items()}
 
 
 def figure_prior_functions(
@@ -414,9 +434,10 @@ def figure_prior_functions(
     """The paper's Figure 7: ensemble+ with each prior function, relative to the baseline.
 
     One panel per (tau, dataset); per prior function (``none`` when prior_scale
-    is 0, else ``prior_function``), the mean over seeds of the agent's NLL
-    divided by the baseline default config's on the same problem, against T,
-    with its standard error over seeds. Below 1 the prior helps.
+    is 0, else ``prior_function``) at its best scale in that panel
+    (:func:`best_prior_scales`, named in the legend), the mean over seeds of the
+    agent's NLL divided by the baseline default config's on the same problem,
+    against T, with its standard error over seeds. Below 1 the prior helps.
 
     Args:
       rows: stored rows with ``agent`` configs differing in their prior and the
@@ -434,9 +455,10 @@ def figure_prior_functions(
     if not ratios:
         raise ValueError(f"no problem has ok rows of both {agent} and {baseline}'s default "
                          "config to compare")
-    panels = sorted({(tau, where) for where, tau, _ in ratios}, key=lambda x: (x[0], str(x[1])))
+    best = best_prior_scales(ratios)
+    panels = sorted({(tau, where) for where, tau, _ in best}, key=lambda x: (x[0], str(x[1])))
     taus, wheres = sorted({t for t, _ in panels}), sorted({w for _, w in panels}, key=str)
-    labels = sorted({label for _, _, label in ratios})
+    labels = sorted({label for _, _, label in best})
     colours = _colours(labels)
     figure = new_figure(_SIZE_FIGURE_7)
     axes = figure.subplots(len(taus), len(wheres), squeeze=False)
@@ -444,25 +466,28 @@ def figure_prior_functions(
         for j, where in enumerate(wheres):
             ax = axes[i][j]
             for label in labels:
-                by_t = ratios.get((where, tau, label))
-                if not by_t:
+                if (where, tau, label) not in best:
                     continue
+                scale = best[(where, tau, label)]
+                by_t = ratios[(where, tau, label, scale)]
                 ts = sorted(by_t)
                 means = [float(np.mean(by_t[t])) for t in ts]
                 ses = [float(np.std(by_t[t], ddof=1) / np.sqrt(len(by_t[t])))
                        if len(by_t[t]) > 1 else 0.0 for t in ts]
-                ax.errorbar(ts, means, yerr=ses, label=label, color=colours[label], marker="o",
+                name = label if label == "none" else f"{label} (scale {scale:g})"
+                ax.errorbar(ts, means, yerr=ses, label=name, color=colours[label], marker="o",
                             markersize=4, capsize=2)
             ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
             ax.set_xscale("log")
             ax.set_title(f"{_temperature_title(where)}, tau = {tau}")
             ax.grid(alpha=0.3)
+            ax.legend(title="prior function", fontsize=7, title_fontsize=7)
             if i == len(taus) - 1:
                 ax.set_xlabel("T (training pairs)")
             if j == 0:
                 ax.set_ylabel(f"{agent} / {baseline} (mean over seeds)")
-    axes[0][-1].legend(title="prior function", fontsize=8)
-    figure.suptitle(f"{agent} prior functions relative to {baseline} (below 1: the prior helps)")
+    figure.suptitle(f"{agent} prior functions relative to {baseline}, each at its best scale "
+                    "(below 1: the prior helps)")
     return save_figure(figure, path)
 
 

@@ -508,10 +508,12 @@ def test_the_elbo_is_the_decoders_log_likelihood_minus_the_kl(decoder):
 
 def test_the_prior_sweep_is_figure_7_and_the_fields_are_settable():
     default = ensemble_plus.EnsemblePlusConfig()
-    assert agents.ensemble_plus_prior_sweep() == (
-        dataclasses.replace(default, prior_scale=0.0),
-        dataclasses.replace(default, prior_function="linear"),
-        dataclasses.replace(default, prior_function="vae"))
+    sweep = agents.ensemble_plus_prior_sweep()
+    assert sweep[0] == dataclasses.replace(default, prior_scale=0.0)
+    assert sweep[1:] == tuple(
+        dataclasses.replace(default, prior_function=prior, prior_scale=scale)
+        for prior in ("linear", "vae") for scale in (0.03, 0.1, 0.3, 1.0, 3.0))
+    assert agents.get_agent("ensemble+").configs("prior-functions") == sweep
     assert (default.vae_steps, default.vae_decoder) == (10_000, "gaussian")
     config = agents.parse_overrides(
         agents.get_agent("ensemble+"),

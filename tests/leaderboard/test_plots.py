@@ -123,7 +123,8 @@ def test_agent_samples_needs_2d_inputs(tmp_path):
 
 def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp_path):
     """Figure 7 on two real datasets: each ensemble+ prior's NLL over mlp's default on the
-    same problem. Rows are made so every ratio is known: none 1.0, linear 0.8, vae 0.5."""
+    same problem. Rows are made so every ratio is known: none 1.0, linear 0.9 at scale 0.1
+    and 0.8 at scale 1 (its best), vae 0.5 at scale 3."""
     import json
 
     from neural_testbed.leaderboard import configs as configs_lib
@@ -138,9 +139,11 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
             nll = (1 + p.seed) * tau / p.num_train
             rows.append({**_row("mlp", base_hash, p, tau, nll)})
             rows.append({**_row("mlp", "other", p, tau, 100 * nll)})  # not the default: ignored
-            for config, ratio in ((dataclasses.replace(default, prior_scale=0.0), 1.0),
-                                  (dataclasses.replace(default, prior_function="linear"), 0.8),
-                                  (dataclasses.replace(default, prior_function="vae"), 0.5)):
+            for config, ratio in (
+                    (dataclasses.replace(default, prior_scale=0.0), 1.0),
+                    (dataclasses.replace(default, prior_function="linear", prior_scale=0.1), 0.9),
+                    (dataclasses.replace(default, prior_function="linear", prior_scale=1.0), 0.8),
+                    (dataclasses.replace(default, prior_function="vae"), 0.5)):
                 rows.append({**_row("ensemble+", configs_lib.config_hash("ensemble+", config),
                                     p, tau, ratio * nll),
                              "config": configs_lib.config_json(config)})
@@ -148,11 +151,17 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
               if r["agent"] == "ensemble+"}
     assert labels == {"none", "linear", "vae"}
     ratios = plots.prior_function_ratios(rows, real)
-    assert {where for where, _, _ in ratios} == {"iris", "digits"}
-    for (_, _, label), by_t in ratios.items():
-        expected = {"none": 1.0, "linear": 0.8, "vae": 0.5}[label]
-        assert all(abs(v - expected) < 1e-12 for values in by_t.values() for v in values)
+    assert {where for where, _, _, _ in ratios} == {"iris", "digits"}
+    expected = {("none", 0.0): 1.0, ("linear", 0.1): 0.9, ("linear", 1.0): 0.8, ("vae", 3.0): 0.5}
+    assert {(label, scale) for _, _, label, scale in ratios} == set(expected)
+    for (_, _, label, scale), by_t in ratios.items():
+        assert all(abs(v - expected[(label, scale)]) < 1e-12
+                   for values in by_t.values() for v in values)
         assert all(len(values) == 2 for values in by_t.values())  # 2 seeds per (dataset, T)
+    best = plots.best_prior_scales(ratios)
+    assert best == {(where, tau, label): scale
+                    for where in ("iris", "digits") for tau in (1, 100)
+                    for label, scale in (("none", 0.0), ("linear", 1.0), ("vae", 3.0))}
     path = plots.figure_prior_functions(rows, real, tmp_path / "f7.png")
     assert _png_size(path) == (1000, 700)  # 2 taus x 2 datasets
     paths = plots.save_figures(rows, real, tmp_path / "all")
