@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neural_testbed import active, base, generative, memory
+from neural_testbed import active, base, compilation_cache, generative, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import correlation, probing
@@ -1143,6 +1143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args.command
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
         memory.keep_freed_memory()  # the command owns its process; see memory.py
+        compilation_cache.enable()  # likewise; see compilation_cache.py
         plugins.load_entry_points()
         for module in args.imports:
             plugins.import_agent_module(module)

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from neural_testbed import base, memory
+from neural_testbed import base, compilation_cache, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.leaderboard import configs, runner
 
@@ -92,7 +92,8 @@ def compute_unit(unit: WorkUnit, agent: base.Agent | None = None) -> list[base.P
 def _init_worker(imports: Sequence[str]) -> None:
     """Spawned workers start empty: register plug-in and --import agents again.
 
-    A worker process is ours, so it also gets the evaluator's allocator tuning.
+    A worker process is ours, so it also gets the evaluator's allocator tuning
+    and the persistent compilation cache the command uses.
     It ignores SIGINT: Ctrl-C reaches the whole process group, and the driver
     alone handles it (it stops the workers and reports once). The worker was
     started with SIGINT blocked (see :func:`_sigint_blocked`), so a Ctrl-C
@@ -102,6 +103,7 @@ def _init_worker(imports: Sequence[str]) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     memory.keep_freed_memory()
+    compilation_cache.enable()
     plugins.load_entry_points()
     for module in imports:
         plugins.import_agent_module(module)
