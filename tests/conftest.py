@@ -81,6 +81,9 @@ def pytest_configure(config):
     else:
         directory = tempfile.mkdtemp(prefix="neural_testbed_test_xla_cache_")
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", directory)
+    # The command's own cache setting (compilation_cache.py) names the same directory, so
+    # a command a test runs never writes into the user's cache.
+    os.environ["NEURAL_TESTBED_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
     for name, value in _SETTINGS.items():
         os.environ.setdefault(name, value)
     if "jax" in sys.modules:  # imported before this hook ran: set its options directly
