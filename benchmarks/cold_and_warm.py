@@ -1,0 +1,66 @@
+"""Wall time of a command run cold (empty compilation cache) and warm (the cache the cold
+run filled), each into a new store, as a user runs it.
+
+Not a test. Runs `neural-testbed run --agent A --sweep S` as a subprocess: first
+with a new, empty cache directory (NEURAL_TESTBED_CACHE_DIR), then --repeats times
+more with the same cache, every run into its own new store so that every result
+is computed again. Prints each run's wall seconds (interpreter start and imports
+included) and the command's own "of it compiling" figure, and the medians of the
+warm runs. The machine's load average is printed: timings on a shared machine
+are noisy.
+
+Usage:
+  PYTHONPATH=. python benchmarks/cold_and_warm.py                       # mlp, quick sweep
+  PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _run(agent: str, sweep: str, cache: str, db: str) -> tuple[float, float, str]:
+    env = dict(os.environ, NEURAL_TESTBED_CACHE_DIR=cache)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run", "--agent", agent,
+                           "--sweep", sweep, "--db", db, "--quiet"],
+                          env=env, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    compiling = re.search(r"\(([\d.]+) s of it compiling\)", proc.stdout)
+    aggregate = next(line for line in proc.stdout.splitlines() if line.startswith("aggregate"))
+    return wall, float(compiling.group(1)) if compiling else float("nan"), aggregate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent", default="mlp")
+    parser.add_argument("--sweep", default="quick")
+    parser.add_argument("--repeats", type=int, default=2, help="warm runs after the cold one")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; "
+          f"neural-testbed run --agent {args.agent} --sweep {args.sweep}")
+    with tempfile.TemporaryDirectory() as scratch:
+        cache = os.path.join(scratch, "cache")
+        warm = []
+        for i in range(1 + args.repeats):
+            wall, compiling, aggregate = _run(args.agent, args.sweep, cache,
+                                              os.path.join(scratch, f"r{i}.db"))
+            print(f"{'cold' if i == 0 else 'warm'}: {wall:.1f} s wall, {compiling:.1f} s of it "
+                  f"compiling (the command's count); {aggregate}")
+            if i:
+                warm.append(wall)
+        if warm:
+            print(f"median warm: {statistics.median(warm):.1f} s; load average "
+                  f"{os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
