@@ -98,6 +98,17 @@ def pytest_configure(config):
 
 
 
+def pytest_runtest_teardown(item, nextitem):
+    """After a test file's last test, drop the compiled programs JAX keeps in memory for
+    it: a test process runs dozens of files whose programs it never needs again (a
+    later file that does loads them from the persistent cache), and with three
+    processes their memory adds up."""
+    if nextitem is None or nextitem.path != item.path:
+        import jax
+
+        jax.clear_caches()
+
+
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one test process more than cores (capped by ``--maxprocesses``): a
     process spends part of its time waiting on the commands, workers and Ray clusters
