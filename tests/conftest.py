@@ -102,7 +102,8 @@ def pytest_runtest_teardown(item, nextitem):
     """After a test file's last test, drop the compiled programs JAX keeps in memory for
     it: a test process runs dozens of files whose programs it never needs again (a
     later file that does loads them from the persistent cache), and with three
-    processes their memory adds up."""
+    processes their memory adds up: the suite's peak on the 2-core machine fell from
+    6.5 to 4.5 GB above the idle machine's, for 3% more time (360 -> 371 s)."""
     if nextitem is None or nextitem.path != item.path:
         import jax
 
