@@ -410,8 +410,8 @@ def _cmd_agents() -> int:
     for name, spec in sorted(registry.AGENTS.items()):
         print(f"{name}: {spec.description}")
         print(f"  sweep: {len(spec.sweep())} configs")
-        for name, make in sorted(spec.other_sweeps.items()):
-            print(f"  sweep --configs {name}: {len(make())} configs")
+        for sweep_name, make in sorted(spec.other_sweeps.items()):
+            print(f"  sweep --configs {sweep_name}: {len(make())} configs")
         for field, value in vars(spec.default).items():
             print(f"  {field} = {value!r}")
     return 0
