@@ -41,6 +41,7 @@ def test_an_unusable_cache_directory_means_no_cache(tmp_path):
 def _run(args, cwd, cache):
     env = dict(os.environ, PYTHONPATH=str(REPO), NEURAL_TESTBED_CACHE_DIR=str(cache))
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's own cache: not here
+    env.pop("JAX_COMPILATION_CACHE_MAX_SIZE", None)  # the suite's: the command's own applies
     proc = subprocess.run([sys.executable, "-m", "neural_testbed.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
