@@ -112,10 +112,17 @@ class Agent(NamedTuple):
       train: ``(key, data, prior) -> state``. Pure and jittable, so that the
         runner can ``vmap`` it over problems of the same shape.
       enn: how to draw posterior samples from the trained state.
+      accepts_padding: ``True`` if ``train`` also accepts a training set padded
+        with rows it must ignore: ``data`` then has more rows than
+        ``prior.num_train``, which is a traced int32 scalar, and only the
+        first ``prior.num_train`` rows are training pairs (draw minibatches
+        from them, divide by it). The runner then trains the problems of
+        every T of a sweep with one compiled program instead of one per T.
     """
 
     train: Callable[[jax.Array, Data, PriorKnowledge], State]
     enn: ENN
+    accepts_padding: bool = False
 
 
 class HostAgent(NamedTuple):
@@ -232,6 +239,17 @@ class Problem(Protocol):
     @property
     def shape(self) -> Hashable:
         """Problems of one shape build, train and evaluate with one compilation."""
+        ...
+
+    @property
+    def padding_group(self) -> Hashable | None:
+        """Problems of one padding group differ only in ``num_train`` (T), and their
+        training sets nest: at T, a problem's pairs are the first T that the same
+        problem would draw at any larger T. A template with the group's largest
+        T (``dataclasses.replace(problem, num_train=largest)``) then builds every
+        problem's training set, padded, so an agent that ``accepts_padding``
+        compiles once for the whole group. ``None``: the family cannot pad.
+        """
         ...
 
     @property

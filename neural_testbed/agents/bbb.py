@@ -224,7 +224,7 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
 
         posterior, _ = training.train_minibatch(
             train_key, loss_fn, posterior, data, optax.adam(config.learning_rate),
-            config.num_steps, config.batch_size,
+            config.num_steps, config.batch_size, prior.num_train,
         )
         return posterior
 
@@ -234,7 +234,8 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
     def sample_index(key):
         return key  # the key of one network's weight noise
 
-    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None))
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None),
+                      accepts_padding=True)
 
 
 def bbb_sweep() -> tuple[BBBConfig, ...]:

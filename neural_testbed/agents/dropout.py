@@ -155,7 +155,8 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
             return training.data_loss(outputs, batch.y, prior).mean()
 
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size
+            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size,
+            prior.num_train,
         )
         return params
 
@@ -165,7 +166,8 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
     def sample_index(key):
         return key  # the key of one network's dropout masks
 
-    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None))
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None),
+                      accepts_padding=True)
 
 
 def dropout_sweep() -> tuple[DropoutConfig, ...]:

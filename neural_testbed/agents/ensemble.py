@@ -86,7 +86,8 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
             return training.data_loss(logits, batch.y, prior).mean()
 
         params, _ = training.train_minibatch(
-            keys.train, loss_fn, params, data, optimizer, config.num_steps, config.batch_size
+            keys.train, loss_fn, params, data, optimizer, config.num_steps, config.batch_size,
+            prior.num_train,
         )
         return EnsembleState(params=params)
 
@@ -97,7 +98,8 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
         return jax.random.randint(key, (), 0, config.num_ensemble)
 
     return base.Agent(
-        train=train, enn=base.ENN(apply, sample_index, num_indices=config.num_ensemble)
+        train=train, enn=base.ENN(apply, sample_index, num_indices=config.num_ensemble),
+        accepts_padding=True,
     )
 
 

@@ -248,7 +248,7 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
     def train(key: jax.Array, data: base.Data,
               prior: base.PriorKnowledge | base.RegressionPriorKnowledge) -> HypermodelState:
         init_key, train_key, prior_key, bootstrap_key = jax.random.split(key, 4)
-        num_train = data.x.shape[0]
+        num_rows = data.x.shape[0]  # T, or more when padded (prior.num_train says T)
         num_outputs = training.output_size(prior)
         params = init_linear_hypermodel(
             init_key, prior.input_dim, (*config.hidden, num_outputs), index_dim
@@ -259,7 +259,8 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
         scale = ensembling.prior_function_scale(
             config.prior_scale, training.temperature(prior), config.temperature_scaling
         )
-        weight_fn = bootstrap_weight_fn(bootstrap_key, config.bootstrap, num_train, index_dim)
+        # One direction per row: the first T are the same draws whatever the padding.
+        weight_fn = bootstrap_weight_fn(bootstrap_key, config.bootstrap, num_rows, index_dim)
         decay = training.weight_decay_scale(
             config.l2_weight_decay, prior, config.adaptive_weight_scale
         )
@@ -280,9 +281,10 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
 
         # Minibatches are drawn over point ids so that the loss can look up the
         # drawn points' bootstrap weights.
-        point_ids = base.Data(x=jnp.arange(num_train), y=data.y)
+        point_ids = base.Data(x=jnp.arange(num_rows), y=data.y)
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size
+            train_key, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size,
+            prior.num_train,
         )
         return HypermodelState(params=params, prior_params=prior_params, prior_scale=scale)
 
@@ -292,6 +294,7 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
     return base.Agent(
         train=train,
         enn=base.ENN(apply, lambda key: sample_index(key, index_dim), num_indices=None),
+        accepts_padding=True,
     )
 
 

@@ -62,7 +62,8 @@ def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
             return training.data_loss(logits, batch.y, prior).mean()
 
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size
+            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size,
+            prior.num_train,
         )
         return params
 
@@ -74,7 +75,8 @@ def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
         del key
         return jnp.zeros((), jnp.int32)
 
-    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=1))
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=1),
+                      accepts_padding=True)
 
 
 def mlp_sweep() -> tuple[MLPConfig, ...]:

@@ -99,6 +99,7 @@ def train_minibatch(
     optimizer: optax.GradientTransformation,
     num_steps: int,
     batch_size: int,
+    num_train: int | jax.Array | None = None,
 ) -> tuple[Params, jax.Array]:
     """Runs ``num_steps`` optimizer steps on minibatches drawn with replacement.
 
@@ -108,10 +109,15 @@ def train_minibatch(
     differentiated with respect to ``params``; ``key`` is for its own
     randomness (dropout masks, weight draws, indices).
 
+    ``num_train``: indices are drawn from the first ``num_train`` rows (the
+    training pairs of padded data, ``prior.num_train``; the same draws as
+    unpadded); ``None``: from every row.
+
     Returns:
       The trained parameters and the loss at each step, ``[num_steps]``.
     """
-    num_train = data.x.shape[0]
+    if num_train is None:
+        num_train = data.x.shape[0]
 
     def step(carry, step_key):
         params, opt_state = carry

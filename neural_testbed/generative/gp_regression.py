@@ -217,6 +217,10 @@ class GPRegressionProblem:
         return ("gp_regression", self.input_dim, self.num_train, self.kernel, self.num_pool,
                 self.num_probes, self.taus, self.num_test, self.num_samples)
 
+    # Not paddable: the pool's draws follow the training inputs' and f is drawn
+    # jointly over both, so a larger T's first T pairs are not this problem's.
+    padding_group = None
+
     @property
     def stratum(self) -> tuple[tuple[int, float], int]:
         """Problems are stratified by ((d, noise variance), T)."""

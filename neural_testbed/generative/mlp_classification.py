@@ -191,6 +191,13 @@ class MLPClassificationProblem:
                 self.env_hidden, self.taus, self.num_test, self.num_samples)
 
     @property
+    def padding_group(self) -> tuple:
+        """The shape but T: training pairs are drawn row by row from counters, so the
+        first T of a larger draw are the T-pair draw (tested)."""
+        return ("mlp_classification", self.input_dim, self.num_classes, self.env_hidden,
+                self.taus, self.num_test, self.num_samples)
+
+    @property
     def stratum(self) -> tuple[float, int]:
         """Problems are stratified by (temperature, T) in every standard error."""
         return self.temperature, self.num_train

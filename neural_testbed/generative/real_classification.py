@@ -95,6 +95,14 @@ class RealClassificationProblem:
                 self.num_test_split, self.taus, self.num_test, self.num_samples)
 
     @property
+    def padding_group(self) -> tuple:
+        """The shape but T: a training set is the first T rows of one permutation of
+        the split, so a larger T's first T rows are the same set."""
+        return ("real_classification", self.dataset, self.digest, self.label_column,
+                self.standardise, self.input_dim, self.num_classes, self.num_train_split,
+                self.num_test_split, self.taus, self.num_test, self.num_samples)
+
+    @property
     def key_seed(self) -> int:
         definition = (f"real_classification/v{PROBLEM_VERSION}/{self.digest}/"
                       f"T={self.num_train}/seed={self.seed}")

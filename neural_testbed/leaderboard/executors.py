@@ -43,6 +43,7 @@ class WorkUnit:
     estimator: str = "auto"
     agent_seed: int = 0
     pad_to: int = 0  # pad the batch to this many problems (0 = its own size)
+    train_rows: int = 0  # pad training sets to this many rows, if the agent accepts it (0: no)
 
 
 # Compiled runners of this process, most recently used last, so that the units
@@ -52,14 +53,19 @@ _MAX_RUNNERS = 8
 
 
 def _batch_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunner:
-    key = (unit.agent, configs.config_hash(unit.agent, unit.config), unit.problems[0].shape,
-           unit.estimator, unit.agent_seed, id(agent))
+    """The runner of the unit's config and (padded) shape, compiled once per process."""
+    template = unit.problems[0]
+    passed = id(agent)
+    if agent is None:
+        agent = registry.get_agent(unit.agent).make(unit.config)
+    if unit.train_rows and getattr(agent, "accepts_padding", False):
+        template = dataclasses.replace(template, num_train=unit.train_rows)
+    key = (unit.agent, configs.config_hash(unit.agent, unit.config), template.shape,
+           unit.estimator, unit.agent_seed, passed)
     if key in _RUNNERS:
         _RUNNERS.move_to_end(key)
         return _RUNNERS[key]
-    if agent is None:
-        agent = registry.get_agent(unit.agent).make(unit.config)
-    made = runner.BatchRunner(agent, unit.agent, unit.config, unit.problems[0], unit.estimator,
+    made = runner.BatchRunner(agent, unit.agent, unit.config, template, unit.estimator,
                               unit.agent_seed)
     _RUNNERS[key] = made  # holds ``agent``, so its id is not reused while cached
     if len(_RUNNERS) > _MAX_RUNNERS:

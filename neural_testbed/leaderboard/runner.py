@@ -43,7 +43,10 @@ class BatchRunner:
     """Compiled programs for one agent config and one problem shape.
 
     Reuse one for every batch of that shape: each program compiles once per
-    batch size, ahead of time, so its compile time is measured apart.
+    batch size, ahead of time, so its compile time is measured apart. With a
+    template of more training rows than its problems' T (their padding group's
+    largest T) and an agent that ``accepts_padding``, it runs the problems of
+    every T of the group: each is built padded and trained on its own first T rows.
     """
 
     def __init__(self, agent: base.Agent | base.HostAgent, agent_name: str, config: Any,
@@ -61,10 +64,14 @@ class BatchRunner:
             enn = host.host_enn(agent, self._host_states, template.num_classes)
         else:
             self._host_agent, enn = None, agent.enn
+            pads = getattr(agent, "accepts_padding", False)
 
-            def train(agent_keys, instances):
-                agent_keys = jax.vmap(lambda key: jax.random.fold_in(key, agent_seed))(agent_keys)
-                return jax.vmap(agent.train)(agent_keys, instances.data, instances.prior)
+            def train(agent_keys, instances, num_train):
+                def one(key, data, prior, num_train):
+                    if pads:  # T may be fewer than the (padded) rows: say how many
+                        prior = prior.replace(num_train=num_train)
+                    return agent.train(jax.random.fold_in(key, agent_seed), data, prior)
+                return jax.vmap(one)(agent_keys, instances.data, instances.prior, num_train)
 
             self._programs["train"] = train
         # Every evaluation at one tau sees the same test samples and belief samples.
@@ -106,7 +113,9 @@ class BatchRunner:
         (instances, agent_keys, test_keys), build_compile, build_run = self._call(
             "build", key_seeds, args)
         if self._host_agent is None:
-            states, train_compile, train_run = self._call("train", agent_keys, instances)
+            num_train = np.array([p.num_train for p in batch], np.int32)
+            states, train_compile, train_run = self._call(
+                "train", agent_keys, instances, num_train)
         else:
             states, train_compile, train_run = self._train_on_host(agent_keys, instances, num_real)
         compile_seconds = build_compile + train_compile

@@ -131,6 +131,7 @@ def plan_units(
         if dataclasses.is_dataclass(config) and not isinstance(config, type):
             validation.check_fields(config)
     shard_index, num_shards = shard
+    train_rows = _train_rows(problems)
     units, reused, position = [], 0, 0
     for config in configs:
         done = set() if recompute or store is None else store.done(
@@ -154,9 +155,26 @@ def plan_units(
                     else:
                         todo.append(p)
                 if todo:
-                    units.append(executors.WorkUnit(agent_name, config, tuple(todo), estimator,
-                                                    agent_seed, pad_to=size))
+                    units.append(executors.WorkUnit(
+                        agent_name, config, tuple(todo), estimator, agent_seed, pad_to=size,
+                        train_rows=train_rows.get(batch[0].problem_id, 0)))
     return units, reused
+
+
+def _train_rows(problems: Sequence[base.Problem]) -> dict[str, int]:
+    """Each paddable problem's padded training rows: the largest T of its padding group.
+
+    Taken over the whole sweep before anything is skipped, so a unit pads the same
+    whichever shard, store or resumed run plans it (the numbers do not depend on the
+    padding either way: an agent that accepts it uses the first T rows alone).
+    """
+    largest: dict[Any, int] = {}
+    for p in problems:
+        group = getattr(p, "padding_group", None)
+        if group is not None:
+            largest[group] = max(largest.get(group, 0), p.num_train)
+    return {p.problem_id: largest[p.padding_group] for p in problems
+            if getattr(p, "padding_group", None) is not None}
 
 
 def _progress(units, total: int, desc: str, show: bool) -> Iterator:

@@ -1,0 +1,120 @@
+"""Padded training sets: one compiled program for every T of a sweep, the same numbers."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from neural_testbed import agents, base, leaderboard
+from neural_testbed.leaderboard import sweep
+
+PAPER = leaderboard.get_sweep("paper")
+# Temperature 0.1, seed 0, T = 1, 10 and 100.
+PIDS = ["classification_2d/70", "classification_2d/90", "classification_2d/110"]
+
+
+def _small(pids, taus=(1,), num_test=100, num_samples=50):
+    return [dataclasses.replace(PAPER[p], taus=taus, num_test=num_test, num_samples=num_samples)
+            for p in pids]
+
+
+def _iris(num_trains):
+    return [p for p in leaderboard.get_sweep("real").values()
+            if p.dataset == "iris" and p.seed == 0 and p.num_train in num_trains]
+
+
+@pytest.mark.parametrize("problems", [_small(PIDS), _iris((1, 10, 100))],
+                         ids=["mlp_classification", "real_classification"])
+def test_a_padded_build_draws_each_problems_own_pairs_first(problems):
+    """The nesting that padding relies on: built with the group's largest T, each
+    problem's first T rows are exactly its own training set, and its environment
+    (or test split) is unchanged."""
+    largest = max(p.num_train for p in problems)
+    assert len({p.padding_group for p in problems}) == 1
+    for p in problems:
+        padded = base.build_instance(p, dataclasses.replace(p, num_train=largest))
+        plain = p.instance()
+        assert padded.data.x.shape[0] == largest
+        np.testing.assert_array_equal(padded.data.x[:p.num_train], plain.data.x)
+        np.testing.assert_array_equal(padded.data.y[:p.num_train], plain.data.y)
+        for a, b in zip(jax.tree.leaves(padded.env), jax.tree.leaves(plain.env)):
+            np.testing.assert_array_equal(a, b)
+
+
+def _recording(agent):
+    """The agent, recording the rows and the kind of T each trace of ``train`` saw."""
+    seen = []
+
+    def train(key, data, prior):
+        seen.append((data.x.shape[0], isinstance(prior.num_train, int)))
+        return agent.train(key, data, prior)
+
+    return agent._replace(train=train), seen
+
+
+def test_padding_changes_no_number_and_trains_every_T_with_one_program():
+    mlp = agents.make_mlp_agent(agents.MLPConfig(num_steps=50))
+    assert mlp.accepts_padding
+    problems = _small(PIDS)
+    padded_agent, padded_traces = _recording(mlp)
+    plain_agent, plain_traces = _recording(mlp._replace(accepts_padding=False))
+    padded = leaderboard.run_agent(padded_agent, problems, "mlp", progress=False)
+    plain = leaderboard.run_agent(plain_agent, problems, "mlp", progress=False)
+    # One trace on 100 rows with a traced T, against one per T on exactly T rows.
+    assert padded_traces == [(100, False)]
+    assert plain_traces == [(1, True), (10, True), (100, True)]
+    # Later problems reuse every program: build, train and evaluation.
+    assert padded[0].compile_seconds > 0
+    assert all(r.compile_seconds == 0 for r in padded[1:])
+    for a, b in zip(padded, plain):
+        assert (a.problem_id, a.num_train, a.status) == (b.problem_id, b.num_train, "ok")
+        # Same draws (minibatch indices from the first T rows), same arithmetic: equal up
+        # to float32 rounding of T as a traced value instead of a constant.
+        np.testing.assert_allclose(a.kl, b.kl, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("agent", [
+    agents.make_ensemble_agent(agents.EnsembleConfig(num_ensemble=3, num_steps=20)),
+    agents.make_dropout_agent(agents.DropoutConfig(num_steps=20)),
+    agents.make_bbb_agent(agents.BBBConfig(num_steps=20)),
+    agents.make_hypermodel_agent(agents.HypermodelConfig(num_steps=20, bootstrap="exponential")),
+], ids=["ensemble", "dropout", "bbb", "hypermodel"])
+def test_agents_that_accept_padding_train_the_same_state_on_padded_data(agent):
+    """The contract of ``accepts_padding``: with rows beyond a traced ``prior.num_train``
+    the trained state is the one trained on the T pairs alone (mlp's whole run is
+    checked above; here training only, to keep compilation short)."""
+    assert agent.accepts_padding
+    problem = _small([PIDS[1]])[0]  # T = 10
+    padded = base.build_instance(problem, dataclasses.replace(problem, num_train=100))
+    plain = problem.instance()
+    key = jax.random.key(0)
+    expected = jax.jit(agent.train)(key, plain.data, plain.prior)
+
+    def train_padded(key, data, prior, num_train):
+        return agent.train(key, data, prior.replace(num_train=num_train))
+
+    got = jax.jit(train_padded)(key, padded.data, padded.prior, np.int32(problem.num_train))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_an_agent_that_does_not_accept_padding_gets_its_exact_training_set():
+    """knn looks at every training row, so it is not padded."""
+    knn = agents.make_knn_agent(agents.KnnConfig())
+    assert not knn.accepts_padding
+    agent, traces = _recording(knn)
+    rows = leaderboard.run_agent(agent, _small(PIDS[:2]), "knn", progress=False)
+    assert traces == [(1, True), (10, True)]
+    assert all(r.status == "ok" for r in rows)
+
+
+def test_a_sweep_pads_each_problem_to_its_padding_groups_largest_T():
+    problems = _small(PIDS) + _iris((1, 10))
+    units, _ = sweep.plan_units("mlp", [agents.MLPConfig()], problems, None)
+    rows = {p.problem_id: u.train_rows for u in units for p in u.problems}
+    assert [rows[p] for p in PIDS] == [100, 100, 100]
+    assert {rows[p.problem_id] for p in _iris((1, 10))} == {10}
+    regression = list(leaderboard.get_sweep("regression-quick").values())
+    units, _ = sweep.plan_units("mlp", [agents.MLPConfig()], regression, None)
+    assert {u.train_rows for u in units} == {0}  # GP regression draws do not nest
