@@ -17,7 +17,7 @@ from typing import Any
 from neural_testbed import active, base, compilation_cache, generative, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
-from neural_testbed.leaderboard import correlation, probing
+from neural_testbed.leaderboard import baselines, correlation, probing
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring, studies
 from neural_testbed.leaderboard import store as store_lib
@@ -156,6 +156,10 @@ def _parser() -> argparse.ArgumentParser:
                             "BatchMIG's test log-likelihood after the first round minus "
                             "random's on the same problem; higher is better), self_certainty "
                             "(Grover et al.'s; lower is better)")
+    board.add_argument("--with-baselines", action="store_true",
+                       help="also rank the published baseline results shipped with the "
+                            "package (each agent's default config) of every agent your store "
+                            "has no rows of on the sweep; works without a store")
     board.add_argument("--selection", default="same", choices=list(scoring.SELECTIONS),
                        help="same: choose configs and report on every problem (default; "
                             "flatters agents with large sweeps); held-out: choose on the first "
@@ -170,7 +174,10 @@ def _parser() -> argparse.ArgumentParser:
                     "(df = pairs - settings); then the same per (temperature, T) and tau, "
                     "with a paired t-test verdict at the 5% level. Each agent uses its "
                     "globally tuned config. With --metric, the same for another per-problem "
-                    "value, over the problems where both agents have one.")
+                    "value, over the problems where both agents have one. A baseline your "
+                    "store has no rows of on the sweep is taken from the published baseline "
+                    "results shipped with the package (its default config), and the output "
+                    "says so.")
     compare.add_argument("--agent", required=True, help="the agent to compare")
     compare.add_argument("--baseline", action="append", default=None,
                          help="a baseline agent; repeatable (default: mlp)")
@@ -200,10 +207,26 @@ def _parser() -> argparse.ArgumentParser:
                            "temperature 0.1, T = 10)")
     plot.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                       metavar="KEY=VALUE", help="hyperparameters for the Figure 5 agent")
+    plot.add_argument("--with-baselines", action="store_true",
+                      help="also draw the published baseline results (see leaderboard "
+                           "--with-baselines); works without a store")
     plot.add_argument("--real-sweep", choices=["real", "real-quick"],
                       help="also Figure 6b (figure6b.png): each config's score on this real-data "
                            "sweep against its score on --sweep, for every agent with rows on "
                            "both (see `correlate`)")
+
+    reproduce = commands.add_parser(
+        "reproduce", parents=[common, sweep_choice, fmt],
+        help="recompute a sample of the published baseline results and check them",
+        description="Recompute an agent's default config on a few problems of the sweep "
+                    "that the published baseline results cover (one per (temperature, T) "
+                    "setting in turn), in this process and without a store, and compare each "
+                    "d_KL with the published one: they agree when they differ by at most "
+                    f"{baselines.AGREEMENT_SIGMAS:g} standard errors of the difference. Exit "
+                    "status 1 if any disagrees.")
+    reproduce.add_argument("--agent", required=True, help="an agent of the published results")
+    reproduce.add_argument("--problems", type=int, default=6, metavar="N",
+                           help="how many problems to recompute (default: 6)")
 
     diagnose = commands.add_parser(
         "diagnose", parents=[common, db, sweep_choice, compute, one_agent],
@@ -668,6 +691,8 @@ def _cmd_sweep(args) -> int:
 
 
 def _stored_rows(args) -> list[dict[str, Any]]:
+    if getattr(args, "with_baselines", False) and not os.path.exists(args.db):
+        return []  # the published rows alone
     with store_lib.ResultsStore(args.db, create=False) as store:
         rows = store.rows()
         studies = not rows and bool(store.studies())
@@ -675,9 +700,28 @@ def _stored_rows(args) -> list[dict[str, Any]]:
         raise store_lib.StoreError(f"{args.db!r} holds tal/probe records but no `run` rows "
                                    f"yet: run the agent on the sweep, or export them with "
                                    f"`export --table studies`")
-    if not rows:
+    if not rows and not getattr(args, "with_baselines", False):
         raise store_lib.StoreError(f"{args.db!r} holds no results yet")
     return rows
+
+
+def _with_published(rows: list[dict[str, Any]], problems: Mapping[str, Any],
+                    agents: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """``rows`` plus the published rows of ``agents`` (None: every published agent) that
+    have no successful row on ``problems`` in ``rows``; says which, and of which version."""
+    published = baselines.load()
+    stored = {r["agent"] for r in rows if r["problem_id"] in problems and r["status"] == "ok"}
+    if agents is None:
+        agents = sorted({r["agent"] for r in published.rows})
+    extra, notes = baselines.rows_for(published, [a for a in agents if a not in stored],
+                                      problems)
+    used = sorted({r["agent"] for r in extra})
+    if used:
+        print(f"note: {', '.join(used)}: the published baseline rows ({published.describe()}): "
+              "your store has none of these agents on this sweep", file=sys.stderr)
+    for note in notes:
+        print(f"note: published baselines: {note}", file=sys.stderr)
+    return rows + extra
 
 
 def _study_metrics(args, names: Sequence[str], problems: Mapping[str, Any]):
@@ -743,6 +787,8 @@ def _check_agent_in_store(name: str, rows: Sequence[Mapping[str, Any]], db: str,
 def _cmd_leaderboard(args) -> int:
     problems = _sweep_problems(args)
     rows = _stored_rows(args)
+    if args.with_baselines:
+        rows = _with_published(rows, problems)
     if args.baseline not in registry.AGENTS:  # a registered baseline may simply have no rows
         _check_agent_in_store(args.baseline, rows, args.db, "--baseline")
     asked = [m for m in args.metrics.split(",") if m]
@@ -781,12 +827,17 @@ def _cmd_compare(args) -> int:
         raise ValueError(f"unknown --metric {args.metric!r}; allowed: "
                          + ", ".join(scoring.COMPARE_METRICS))
     problems = _sweep_problems(args)
-    baselines = args.baseline or ["mlp"]
+    baseline_names = args.baseline or ["mlp"]
     rows = _stored_rows(args)  # the store alone is compared: no agent need be registered
     _check_agent_in_store(args.agent, rows, args.db, "--agent")
-    for name in baselines:
-        _check_agent_in_store(name, rows, args.db, "--baseline")
-    records = scoring.compare_agents(rows, problems, args.agent, baselines, args.selection,
+    rows = _with_published(rows, problems, baseline_names)
+    have = {r["agent"] for r in rows}
+    for name in baseline_names:
+        if name not in have:
+            raise ValueError(f"--baseline {name!r}: neither {args.db!r} nor the published "
+                             f"baseline results have rows of it on the {args.sweep} sweep "
+                             f"(run `neural-testbed run --agent {name} --sweep {args.sweep}`)")
+    records = scoring.compare_agents(rows, problems, args.agent, baseline_names, args.selection,
                                      args.metric, _study_metrics(args, [args.metric], problems))
     print(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}",
           file=sys.stdout if args.format == "table" else sys.stderr)
@@ -816,7 +867,7 @@ def _cmd_compare(args) -> int:
     print(scoring.format_records(cells, "table", ("baseline", "temperature", "num_train", *taus,
                                                   diff, "stderr", "p_value", "pairs",
                                                   "verdict", "flag")))
-    for name in baselines:
+    for name in baseline_names:
         mine = [r for r in cells if r["baseline"] == name]
         better = sum(r["verdict"] == "better" for r in mine)
         worse = sum(r["verdict"] == "worse" for r in mine)
@@ -825,11 +876,46 @@ def _cmd_compare(args) -> int:
     return 0
 
 
+def _cmd_reproduce(args) -> int:
+    if args.problems < 1:
+        raise ValueError(f"--problems must be an integer >= 1, got {args.problems}")
+    spec = registry.get_agent(args.agent)
+    problems = _sweep_problems(args)
+    published = baselines.load()
+    sample = baselines.reproduce_sample(published, args.agent, problems, args.problems)
+    if not sample:
+        covered = sorted({r["agent"] for r in published.rows})
+        raise ValueError(f"the published baseline results ({published.version}) have no rows "
+                         f"of {args.agent!r} on the {args.sweep} sweep; they cover "
+                         f"{', '.join(covered) or 'no agent yet'}")
+    rows, _ = baselines.rows_for(published, [args.agent], {p.problem_id: p for p in sample})
+    default_hash = store_lib.config_hash(args.agent, spec.default)
+    if {r["config_hash"] for r in rows} != {default_hash}:
+        raise ValueError(f"the published rows of {args.agent!r} are of another config than "
+                         f"its default today ({default_hash}): they cannot be reproduced here")
+    print(f"recomputing {args.agent} (default config) on {len(sample)} problems of the "
+          f"{args.sweep} sweep; published: {published.describe()}", file=sys.stderr)
+    new = sweep_lib.run_agent(spec.make(spec.default), sample, args.agent,
+                              config=spec.default, progress=True)
+    by_key = {(r["problem_id"], r["tau"]): r for r in rows if r["estimator"] == "auto"}
+    records = [baselines.agreement(by_key[r.problem_id, r.tau], r.as_dict()) for r in new
+               if (r.problem_id, r.tau) in by_key and r.status == "ok"]
+    failed = [r for r in new if r.status != "ok"]
+    print(scoring.format_records(records, args.format, (
+        "problem_id", "tau", "published", "recomputed", "diff", "stderr", "agree")))
+    agree = sum(r["agree"] for r in records)
+    print(f"{agree} of {len(records)} rows agree within {baselines.AGREEMENT_SIGMAS:g} standard "
+          f"errors of the difference" + (f"; {len(failed)} rows failed" if failed else ""))
+    return 0 if agree == len(records) and not failed else 1
+
+
 def _cmd_plot(args) -> int:
     plots = _figures_module("neural_testbed.leaderboard.plots")
     _check_output_dir(args.out, "--out")
     problems = _sweep_problems(args)
     rows = _stored_rows(args)
+    if args.with_baselines:
+        rows = _with_published(rows, problems)
     if args.agent:  # checked before any figure is drawn
         spec = _registered_agent(args.agent, rows)
         config = registry.parse_overrides(spec, args.overrides)
@@ -1124,7 +1210,7 @@ def _figures_module(name: str):
 _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboard,
              "compare": _cmd_compare, "plot": _cmd_plot, "correlate": _cmd_correlate,
              "diagnose": _cmd_diagnose, "probe": _cmd_probe, "tal": _cmd_tal, "xll": _cmd_xll,
-             "merge": _cmd_merge,
+             "merge": _cmd_merge, "reproduce": _cmd_reproduce,
              "export": _cmd_export,
              "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}
 

@@ -1,0 +1,197 @@
+"""Published baseline results: each agent's default config on the standard sweeps,
+computed by this project's own commands and shipped inside the package.
+
+A user who evaluates a new agent compares it with strong baselines without
+computing them: ``compare --baseline ensemble+`` and ``leaderboard
+--with-baselines`` fall back on these rows where the user's store has none of
+an agent, and ``reproduce`` recomputes a sample of them to check them. A row is
+used only for a problem of the same definition (its ``key_seed``, a hash of
+everything that defines its draws, and its N, M and taus), so a changed problem
+never borrows stale numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import json
+import math
+import os
+import pathlib
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from neural_testbed.agents import registry
+from neural_testbed.leaderboard import configs as configs_lib
+from neural_testbed.leaderboard import store as store_lib
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PUBLISHED_TABLE",
+    "Published",
+    "agreement",
+    "build_table",
+    "load",
+    "reproduce_sample",
+    "rows_for",
+    "write_table",
+]
+
+FORMAT_VERSION = 1
+PUBLISHED_TABLE = pathlib.Path(__file__).with_name("published_baselines.json.gz")
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """The published table: its rows (store rows as dicts) and where they came from."""
+
+    version: str  # e.g. "baselines v1, neural-testbed 0.1.0"
+    computed: str  # machine, JAX version, dates
+    rows: tuple[dict[str, Any], ...]
+    # problem id -> (key_seed, num_test, num_samples, taus): the definition it was computed on
+    definitions: Mapping[str, tuple]
+    progress: tuple[dict[str, Any], ...]  # per (agent, sweep): problems done of the sweep's
+
+    def describe(self) -> str:
+        return f"{self.version}; computed {self.computed}"
+
+
+def _problem_signature(problem) -> tuple:
+    return (int(problem.key_seed), int(problem.num_test), int(problem.num_samples),
+            tuple(int(t) for t in problem.taus))
+
+
+def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[str, Any]],
+                agents: Sequence[str], package_version: str, computed: str) -> dict[str, Any]:
+    """The table of ``agents``' default-config rows (agent seed 0, estimator "auto") on
+    ``sweeps`` (name -> problems), with each problem's definition and each agent's progress."""
+    problems = {pid: p for sweep in sweeps.values() for pid, p in sweep.items()}
+    wanted = {name: configs_lib.config_hash(name, registry.get_agent(name).default)
+              for name in agents}
+    kept = [dict(r) for r in rows
+            if wanted.get(r["agent"]) == r["config_hash"] and r["problem_id"] in problems
+            and r["agent_seed"] == 0 and r["estimator"] == "auto"
+            and (r["num_test"], r["num_samples"]) == (problems[r["problem_id"]].num_test,
+                                                      problems[r["problem_id"]].num_samples)]
+    progress = []
+    for sweep_name, sweep in sweeps.items():
+        for name in agents:
+            done = {r["problem_id"] for r in kept
+                    if r["agent"] == name and r["problem_id"] in sweep}
+            progress.append({"agent": name, "sweep": sweep_name, "problems": len(done),
+                             "of": len(sweep)})
+    columns = list(store_lib.COLUMNS)
+    used = {r["problem_id"] for r in kept}
+    return {
+        "format": FORMAT_VERSION,
+        "version": f"baselines v{FORMAT_VERSION}, neural-testbed {package_version}",
+        "computed": computed,
+        "problems": {pid: list(_problem_signature(problems[pid])) for pid in sorted(used)},
+        "progress": progress,
+        "columns": columns,
+        "rows": [[r.get(c) for c in columns] for r in sorted(
+            kept, key=lambda r: (r["agent"], r["problem_id"], r["tau"]))],
+    }
+
+
+def write_table(table: Mapping[str, Any], path: str | pathlib.Path) -> None:
+    """Writes the table as gzipped JSON, byte-identical for the same table (no name or
+    time in the gzip header)."""
+    data = json.dumps(table, separators=(",", ":"), sort_keys=True).encode()
+    with open(path, "wb") as raw, gzip.GzipFile(
+            filename="", fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(data)
+
+
+def load(path: str | pathlib.Path | None = None) -> Published:
+    """The published table shipped with the package, or the one at ``path``."""
+    path = str(path or PUBLISHED_TABLE)
+    try:
+        stamp = os.stat(path).st_mtime_ns  # a rewritten table is read again
+    except OSError:
+        stamp = None  # reading says what is wrong
+    return _load(path, stamp)
+
+
+@functools.lru_cache(maxsize=4)  # read once per process
+def _load(path: str, stamp: int | None) -> Published:
+    try:
+        with gzip.open(path, "rt") as f:
+            table = json.load(f)
+    except (OSError, ValueError) as error:
+        raise store_lib.StoreError(f"cannot read the published baselines {path!r}: "
+                                   f"{error}") from None
+    if table.get("format") != FORMAT_VERSION:
+        raise store_lib.StoreError(f"{path!r} is published-baselines format "
+                                   f"{table.get('format')!r}; this version reads "
+                                   f"{FORMAT_VERSION}")
+    columns = table["columns"]
+    missing = {c: None for c in store_lib.COLUMNS if c not in columns}
+    rows = tuple({**dict(zip(columns, values)), **missing} for values in table["rows"])
+    return Published(table["version"], table["computed"], rows,
+                     {pid: (*sig[:3], tuple(sig[3])) for pid, sig in table["problems"].items()},
+                     tuple(table["progress"]))
+
+
+def rows_for(published: Published, agents: Iterable[str],
+             problems: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The published rows of ``agents`` on ``problems`` whose definitions match, and notes
+    on the problems whose published definition differs (their rows are left out)."""
+    agents = set(agents)
+    rows, stale = [], set()
+    for r in published.rows:
+        problem = problems.get(r["problem_id"])
+        if r["agent"] not in agents or problem is None:
+            continue
+        if published.definitions.get(r["problem_id"]) != _problem_signature(problem):
+            stale.add(r["problem_id"])
+            continue
+        rows.append(dict(r))
+    notes = [f"{len(stale)} problems have published rows of another definition (left out), "
+             f"e.g. {min(stale)}"] if stale else []
+    return rows, notes
+
+
+def reproduce_sample(published: Published, agent: str, problems: Mapping[str, Any],
+                     num: int) -> list[Any]:
+    """Up to ``num`` of ``problems`` with published rows of ``agent``, spread over the
+    strata: one problem of each stratum in turn (lowest seed first), the strata in a
+    fixed shuffled order."""
+    rows, _ = rows_for(published, [agent], problems)
+    ids = sorted({r["problem_id"] for r in rows})
+    by_stratum: dict[Any, list[Any]] = {}
+    for pid in ids:
+        p = problems[pid]
+        by_stratum.setdefault(p.stratum, []).append(p)
+    for members in by_stratum.values():
+        members.sort(key=lambda p: (p.seed, p.problem_id))
+    chosen, depth = [], 0
+    try:
+        strata = sorted(by_stratum)
+    except TypeError:  # strata of mixed kinds
+        strata = sorted(by_stratum, key=repr)
+    random.Random(0).shuffle(strata)  # a few problems still cover temperatures and T
+    while len(chosen) < num and any(depth < len(by_stratum[s]) for s in strata):
+        for s in strata:
+            if depth < len(by_stratum[s]) and len(chosen) < num:
+                chosen.append(by_stratum[s][depth])
+        depth += 1
+    return chosen
+
+
+# Published and recomputed values agree when they differ by at most this many standard
+# errors of the difference of two independent estimates (conservative: both use the
+# same test samples, so their Monte Carlo noise is shared).
+AGREEMENT_SIGMAS = 3.0
+
+
+def agreement(published_row: Mapping[str, Any], new_row: Mapping[str, Any]) -> dict[str, Any]:
+    """The difference of a recomputed row from its published one and whether they agree."""
+    diff = new_row["kl"] - published_row["kl"]
+    stderr = math.hypot(published_row["kl_stderr"] or 0.0, new_row["kl_stderr"] or 0.0)
+    return {"problem_id": new_row["problem_id"], "tau": new_row["tau"],
+            "published": published_row["kl"], "recomputed": new_row["kl"], "diff": diff,
+            "stderr": stderr,
+            "agree": bool(abs(diff) <= AGREEMENT_SIGMAS * stderr or diff == 0.0)}

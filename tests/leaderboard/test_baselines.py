@@ -1,0 +1,134 @@
+"""Published baseline results: the table, its use by compare/leaderboard, and reproduce."""
+
+import dataclasses
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from neural_testbed import agents, cli
+from neural_testbed.leaderboard import baselines, problems, store, sweep
+
+SMOKE = problems.get_sweep("smoke")
+
+
+@pytest.fixture(scope="module")
+def mlp_rows():
+    """mlp's default config on the smoke sweep, as a store holds them."""
+    spec = agents.get_agent("mlp")
+    rows = sweep.run_agent(spec.make(spec.default), SMOKE.values(), "mlp", config=spec.default,
+                           progress=False)
+    return [{**r.as_dict(), "version": "0.1.0", "timestamp": "2026-11-27T00:00:00+00:00"}
+            for r in rows]
+
+
+@pytest.fixture
+def published(tmp_path, mlp_rows, monkeypatch):
+    """A table of mlp's smoke rows in place of the shipped one."""
+    table = baselines.build_table(mlp_rows, {"smoke": SMOKE}, ["mlp", "ensemble"], "0.1.0",
+                                  "in a test")
+    path = tmp_path / "published.json.gz"
+    baselines.write_table(table, path)
+    monkeypatch.setattr(baselines, "PUBLISHED_TABLE", path)
+    return path
+
+
+def test_the_table_round_trips_and_says_how_far_it_got(published, mlp_rows):
+    loaded = baselines.load(published)
+    assert loaded.version == "baselines v1, neural-testbed 0.1.0"
+    assert sorted((r["problem_id"], r["tau"], r["kl"]) for r in loaded.rows) == sorted(
+        (r["problem_id"], r["tau"], r["kl"]) for r in mlp_rows)
+    assert {(p["agent"], p["problems"], p["of"]) for p in loaded.progress} == {
+        ("mlp", 4, 4), ("ensemble", 0, 4)}
+    # Rewriting the same table gives the same bytes (a clean diff when it grows).
+    again = published.with_name("again.json.gz")
+    with gzip.open(published, "rt") as f:
+        baselines.write_table(json.load(f), again)
+    assert again.read_bytes() == published.read_bytes()
+
+
+def test_rows_of_other_configs_and_problem_definitions_are_left_out(mlp_rows):
+    other = [{**r, "config_hash": "0" * 16} for r in mlp_rows]  # not mlp's default config
+    table = baselines.build_table(mlp_rows + other, {"smoke": SMOKE}, ["mlp"], "0.1.0", "test")
+    assert len(table["rows"]) == len(mlp_rows)
+    published = baselines.Published("v", "c", tuple(mlp_rows), {
+        pid: (*sig[:3], tuple(sig[3])) for pid, sig in table["problems"].items()}, ())
+    rows, notes = baselines.rows_for(published, ["mlp"], SMOKE)
+    assert len(rows) == len(mlp_rows) and not notes
+    changed = {pid: dataclasses.replace(p, num_samples=p.num_samples + 1)
+               for pid, p in SMOKE.items()}
+    rows, notes = baselines.rows_for(published, ["mlp"], changed)
+    assert rows == [] and "4 problems have published rows of another definition" in notes[0]
+
+
+def test_a_reproduction_sample_visits_every_setting_before_a_second_seed(published):
+    sample = baselines.reproduce_sample(baselines.load(published), "mlp", SMOKE, 3)
+    settings = [p.stratum for p in sample]
+    assert len(set(settings[:2])) == 2 and len(sample) == 3  # smoke: 2 settings x 2 seeds
+
+
+def test_agreement_is_within_three_standard_errors_of_the_difference():
+    row = {"problem_id": "p", "tau": 1, "kl": 1.0, "kl_stderr": 0.03}
+    near = {**row, "kl": 1.0 + 2.9 * 0.03 * np.sqrt(2)}
+    far = {**row, "kl": 1.0 + 3.1 * 0.03 * np.sqrt(2)}
+    assert baselines.agreement(row, near)["agree"]
+    assert not baselines.agreement(row, far)["agree"]
+
+
+def test_leaderboard_with_baselines_works_without_a_store(published, tmp_path, capsys):
+    db = tmp_path / "none.db"
+    assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(db), "--with-baselines",
+                     "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].startswith("mlp,")
+    assert "mlp: the published baseline rows (baselines v1, neural-testbed 0.1.0" in err
+    assert not db.exists()  # nothing is created
+
+
+def test_compare_takes_a_missing_baseline_from_the_published_rows(published, mlp_rows,
+                                                                   tmp_path, capsys):
+    db = str(tmp_path / "mine.db")
+    with store.ResultsStore(db) as results:  # "mine": mlp's rows, a little worse
+        results.merge([{**r, "agent": "mine", "kl": r["kl"] * 1.5} for r in mlp_rows])
+    assert cli.main(["compare", "--agent", "mine", "--sweep", "smoke", "--db", db]) == 0
+    out, err = capsys.readouterr()
+    assert "mlp: the published baseline rows" in err
+    assert "mine vs mlp:" in out
+    assert cli.main(["compare", "--agent", "mine", "--baseline", "ensemble", "--sweep", "smoke",
+                     "--db", db]) == 2
+    assert "neither" in capsys.readouterr().err
+
+
+def test_reproduce_agrees_with_the_published_rows_and_catches_a_wrong_one(
+        published, mlp_rows, tmp_path, capsys):
+    assert cli.main(["reproduce", "--agent", "mlp", "--sweep", "smoke", "--problems", "2",
+                     "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "4 of 4 rows agree" in out
+    # A published value moved by 10 standard errors is caught.
+    wrong = [dict(r) for r in mlp_rows]
+    for r in wrong:
+        r["kl"] += 10 * r["kl_stderr"] * np.sqrt(2)
+    table = baselines.build_table(wrong, {"smoke": SMOKE}, ["mlp"], "0.1.0", "test")
+    baselines.write_table(table, published)
+    assert cli.main(["reproduce", "--agent", "mlp", "--sweep", "smoke", "--problems", "1"]) == 1
+    assert "0 of 2 rows agree" in capsys.readouterr().out
+    assert cli.main(["reproduce", "--agent", "ensemble", "--sweep", "smoke"]) == 2
+    assert "no rows of 'ensemble'" in capsys.readouterr().err
+
+
+def test_the_shipped_table_is_of_todays_problems_and_default_configs():
+    """A change to a problem's definition or an agent's default leaves published rows
+    that would never be used: this fails until the table is recomputed."""
+    shipped = baselines.load(baselines.PUBLISHED_TABLE)
+    assert shipped.rows, "the shipped table is empty"
+    paper = problems.get_sweep("paper")
+    for pid, definition in shipped.definitions.items():
+        p = paper[pid]
+        assert definition == (p.key_seed, p.num_test, p.num_samples, p.taus), pid
+    for r in shipped.rows:
+        spec = agents.get_agent(r["agent"])
+        assert r["config_hash"] == store.config_hash(r["agent"], spec.default), r["agent"]
+    progress = {(p["agent"], p["sweep"]): (p["problems"], p["of"]) for p in shipped.progress}
+    assert progress[("mlp", "paper")] == (210, 210)

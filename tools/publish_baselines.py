@@ -1,0 +1,85 @@
+"""Computes the published baseline results and packs them into the package's table.
+
+Not part of the package: the maintainers' way to (re)make
+``neural_testbed/leaderboard/published_baselines.json.gz``. The rows are computed by
+the project's own command, ``neural-testbed run --agent A --sweep S`` (each agent's
+default config), into one results store, which resumes where it stopped. After each
+(agent, sweep) the table is rewritten from the store, with how many problems of
+each sweep every agent has, so a partial table is always consistent and can be
+committed as it grows. On a new machine, ``--resume-from-table`` first fills a new
+store with the published rows, so that the computation goes on from where the
+table got.
+
+Usage:
+  PYTHONPATH=. python tools/publish_baselines.py --db baselines.db --compute
+  PYTHONPATH=. python tools/publish_baselines.py --db baselines.db   # only repack the table
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+
+import jax
+
+import neural_testbed
+from neural_testbed.leaderboard import baselines, problems, store
+
+# Cheapest first, so that a partial table covers as many agents as it can.
+AGENTS = ("mlp", "knn", "random_forest", "ensemble", "laplace", "deep_kernel", "ensemble+",
+          "dropout", "epinet", "bbb", "hypermodel", "sgmcmc")
+SWEEPS = ("paper",)
+
+
+def _computed_on() -> str:
+    device = jax.devices()[0]
+    where = (f"{device.device_kind}" if device.platform == "gpu"
+             else f"{os.cpu_count()}-core {platform.machine()} CPU")
+    return (f"{datetime.date.today().isoformat()} on a {where}, JAX {jax.__version__}, "
+            "by `neural-testbed run --agent A --sweep S` (default configs, agent seed 0)")
+
+
+def pack(db: str, agents, sweeps, out) -> None:
+    with store.ResultsStore(db, create=False) as results:
+        rows = results.rows()
+    table = baselines.build_table(rows, {s: problems.get_sweep(s) for s in sweeps}, agents,
+                                  neural_testbed.__version__, _computed_on())
+    baselines.write_table(table, out)
+    done = ", ".join(f"{p['agent']} {p['problems']}/{p['of']}" for p in table["progress"])
+    print(f"wrote {out}: {len(table['rows'])} rows; {done}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, help="the results store the rows are computed in")
+    parser.add_argument("--agents", default=",".join(AGENTS))
+    parser.add_argument("--sweeps", default=",".join(SWEEPS))
+    parser.add_argument("--out", default=str(baselines.PUBLISHED_TABLE))
+    parser.add_argument("--compute", action="store_true",
+                        help="run each agent on each sweep first (resumes a partial store)")
+    parser.add_argument("--resume-from-table", action="store_true",
+                        help="fill a new --db with the published rows before computing")
+    args = parser.parse_args()
+    agents, sweeps = args.agents.split(","), args.sweeps.split(",")
+    if args.resume_from_table and not os.path.exists(args.db):
+        with store.ResultsStore(args.db) as results:
+            added, _ = results.merge(baselines.load(args.out).rows)
+        print(f"filled {args.db} with {added} published rows", flush=True)
+    if args.compute:
+        for sweep in sweeps:
+            for agent in agents:
+                print(f"== {agent} on {sweep} ({datetime.datetime.now():%H:%M})", flush=True)
+                subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run", "--agent",
+                                agent, "--sweep", sweep, "--db", args.db, "--quiet",
+                                "--keep-going"], check=False, stdout=subprocess.DEVNULL)
+                pack(args.db, agents, sweeps, args.out)
+    else:
+        pack(args.db, agents, sweeps, args.out)
+
+
+if __name__ == "__main__":
+    main()
