@@ -113,12 +113,34 @@ def pytest_runtest_teardown(item, nextitem):
         jax.clear_caches()
 
 
+def _usable_cores() -> int:
+    """The cores this process may use: those it is pinned to, and no more than a cgroup
+    CPU quota allows (a container limited to 2 CPUs on a larger host still counts the
+    host's cores in ``os.cpu_count()``)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    for path in ("/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"):
+        try:
+            fields = open(path).read().split()
+            if path.endswith("cpu.max"):
+                quota, period = fields[0], fields[1]
+            else:
+                quota = fields[0]
+                period = open("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read().split()[0]
+        except (OSError, IndexError):
+            continue
+        if quota not in ("max", "-1") and int(period) > 0:
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+        break
+    return cores
+
+
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: one test process more than cores (capped by ``--maxprocesses``): a
-    process spends part of its time waiting on the commands, workers and Ray clusters
+    """``-n auto``: one test process more than usable cores (capped by ``--maxprocesses``):
+    a process spends part of its time waiting on the commands, workers and Ray clusters
     its tests start, and in Python, so a third process on 2 cores keeps both busy
     (whole suite, 2-core machine: 387 s with 2 processes, 355 s with 3)."""
-    return (os.cpu_count() or 1) + 1
+    return _usable_cores() + 1
 
 
 @pytest.fixture
