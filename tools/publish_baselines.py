@@ -13,6 +13,7 @@ table got.
 Usage:
   PYTHONPATH=. python tools/publish_baselines.py --db baselines.db --compute
   PYTHONPATH=. python tools/publish_baselines.py --db baselines.db   # only repack the table
+  PYTHONPATH=. python tools/publish_baselines.py --progress            # the README's table
 """
 
 from __future__ import annotations
@@ -53,9 +54,20 @@ def pack(db: str, agents, sweeps, out) -> None:
     print(f"wrote {out}: {len(table['rows'])} rows; {done}", flush=True)
 
 
+def progress_markdown(path) -> str:
+    """How far the table at ``path`` got, as the README's Markdown table."""
+    published = baselines.load(path)
+    lines = ["| sweep | " + " | ".join(p["agent"] for p in published.progress) + " |",
+             "|---|" + "---|" * len(published.progress)]
+    for sweep in dict.fromkeys(p["sweep"] for p in published.progress):
+        cells = [str(p["problems"]) for p in published.progress if p["sweep"] == sweep]
+        lines.append(f"| {sweep} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True, help="the results store the rows are computed in")
+    parser.add_argument("--db", help="the results store the rows are computed in")
     parser.add_argument("--agents", default=",".join(AGENTS))
     parser.add_argument("--sweeps", default=",".join(SWEEPS))
     parser.add_argument("--out", default=str(baselines.PUBLISHED_TABLE))
@@ -63,7 +75,14 @@ def main() -> None:
                         help="run each agent on each sweep first (resumes a partial store)")
     parser.add_argument("--resume-from-table", action="store_true",
                         help="fill a new --db with the published rows before computing")
+    parser.add_argument("--progress", action="store_true",
+                        help="only print how far the table at --out got, as Markdown")
     args = parser.parse_args()
+    if args.progress:
+        print(progress_markdown(args.out))
+        return
+    if not args.db:
+        parser.error("--db is required (the results store the rows are computed in)")
     agents, sweeps = args.agents.split(","), args.sweeps.split(",")
     if args.resume_from_table and not os.path.exists(args.db):
         with store.ResultsStore(args.db) as results:
