@@ -334,7 +334,7 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
         if training.is_regression(prior):
             check_target(config, "regression")
         keys = ensembling.split_keys(key)
-        num_train = data.x.shape[0]
+        num_rows = data.x.shape[0]  # T, or more when padded (prior.num_train says T)
         params = init_trained_members(
             keys.init, config.num_ensemble, prior.input_dim,
             (*config.hidden, training.output_size(prior)),
@@ -348,8 +348,8 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
             prior_params, _prior_inputs(encoder, data.x)
         )  # [members, T, K] (K = 1 on regression)
         weights = bootstrap_weights(
-            keys.bootstrap, config.bootstrap, config.num_ensemble, num_train
-        )  # [num_ensemble, T]
+            keys.bootstrap, config.bootstrap, config.num_ensemble, num_rows
+        )  # [num_ensemble, T] (padding is accepted only without bootstrap draws)
         decay = training.weight_decay_scale(
             config.l2_weight_decay, prior, config.adaptive_weight_scale, config.num_ensemble
         )
@@ -364,9 +364,10 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
 
         # Minibatches are drawn over point ids, so that the loss can look up each
         # drawn point's prior logits and bootstrap weights (same draws as ensemble).
-        point_ids = base.Data(x=jnp.arange(num_train), y=data.y)
+        point_ids = base.Data(x=jnp.arange(num_rows), y=data.y)
         params, _ = training.train_minibatch(
-            keys.train, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size
+            keys.train, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size,
+            prior.num_train,
         )
         return EnsemblePlusState(
             params=params, prior_params=prior_params, prior_scale=scale, encoder=encoder
@@ -382,8 +383,13 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
     def sample_index(key: jax.Array) -> jax.Array:
         return jax.random.randint(key, (), 0, config.num_ensemble)
 
+    # Padded rows change no draw unless the bootstrap draws a weight per (member, row)
+    # (drawn [members, rows]: the first T of a row are not the unpadded draw's) or a VAE
+    # is fitted to every row: those configs compile per T.
+    pads = config.bootstrap == "none" and config.prior_function != "vae"
     return base.Agent(
-        train=train, enn=base.ENN(apply, sample_index, num_indices=config.num_ensemble)
+        train=train, enn=base.ENN(apply, sample_index, num_indices=config.num_ensemble),
+        accepts_padding=pads,
     )
 
 

@@ -79,7 +79,8 @@ def test_padding_changes_no_number_and_trains_every_T_with_one_program():
     agents.make_dropout_agent(agents.DropoutConfig(num_steps=20)),
     agents.make_bbb_agent(agents.BBBConfig(num_steps=20)),
     agents.make_hypermodel_agent(agents.HypermodelConfig(num_steps=20, bootstrap="exponential")),
-], ids=["ensemble", "dropout", "bbb", "hypermodel"])
+    agents.make_ensemble_plus_agent(agents.EnsemblePlusConfig(num_ensemble=3, num_steps=20)),
+], ids=["ensemble", "dropout", "bbb", "hypermodel", "ensemble+"])
 def test_agents_that_accept_padding_train_the_same_state_on_padded_data(agent):
     """The contract of ``accepts_padding``: with rows beyond a traced ``prior.num_train``
     the trained state is the one trained on the T pairs alone (mlp's whole run is
@@ -97,6 +98,15 @@ def test_agents_that_accept_padding_train_the_same_state_on_padded_data(agent):
     got = jax.jit(train_padded)(key, padded.data, padded.prior, np.int32(problem.num_train))
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_ensemble_plus_configs_that_draw_per_row_do_not_accept_padding():
+    """A bootstrap weight per (member, row) or a VAE fitted to every row would change
+    with the padding; those configs compile per T instead."""
+    make, config = agents.make_ensemble_plus_agent, agents.EnsemblePlusConfig
+    assert make(config()).accepts_padding
+    assert not make(config(bootstrap="bernoulli")).accepts_padding
+    assert not make(config(prior_function="vae")).accepts_padding
 
 
 def test_an_agent_that_does_not_accept_padding_gets_its_exact_training_set():
