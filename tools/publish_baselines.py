@@ -28,12 +28,20 @@ import sys
 import jax
 
 import neural_testbed
+from neural_testbed.agents import registry
 from neural_testbed.leaderboard import baselines, problems, store
 
-# Cheapest first, so that a partial table covers as many agents as it can.
+# Cheapest first, so that a partial table covers as many agents as it can; each sweep
+# runs the agents whose targets include its problems'.
 AGENTS = ("mlp", "knn", "random_forest", "ensemble", "laplace", "deep_kernel", "ensemble+",
-          "dropout", "epinet", "bbb", "hypermodel", "sgmcmc")
-SWEEPS = ("paper",)
+          "dropout", "epinet", "bbb", "hypermodel", "sgmcmc", "oracle_gp", "gp", "cnp")
+SWEEPS = ("paper", "real", "regression")
+
+
+def agents_for(sweep: str, agents) -> list[str]:
+    """The agents of ``agents`` that can be evaluated on ``sweep``'s problems."""
+    target = next(iter(problems.get_sweep(sweep).values())).target
+    return [a for a in agents if target in registry.get_agent(a).targets]
 
 
 def _computed_on() -> str:
@@ -47,7 +55,8 @@ def _computed_on() -> str:
 def pack(db: str, agents, sweeps, out) -> None:
     with store.ResultsStore(db, create=False) as results:
         rows = results.rows()
-    table = baselines.build_table(rows, {s: problems.get_sweep(s) for s in sweeps}, agents,
+    table = baselines.build_table(rows, {s: problems.get_sweep(s) for s in sweeps},
+                                  {s: agents_for(s, agents) for s in sweeps},
                                   neural_testbed.__version__, _computed_on())
     baselines.write_table(table, out)
     done = ", ".join(f"{p['agent']} {p['problems']}/{p['of']}" for p in table["progress"])
@@ -57,11 +66,12 @@ def pack(db: str, agents, sweeps, out) -> None:
 def progress_markdown(path) -> str:
     """How far the table at ``path`` got, as the README's Markdown table."""
     published = baselines.load(path)
-    lines = ["| sweep | " + " | ".join(p["agent"] for p in published.progress) + " |",
-             "|---|" + "---|" * len(published.progress)]
-    for sweep in dict.fromkeys(p["sweep"] for p in published.progress):
-        cells = [str(p["problems"]) for p in published.progress if p["sweep"] == sweep]
-        lines.append(f"| {sweep} | " + " | ".join(cells) + " |")
+    sweeps = list(dict.fromkeys(p["sweep"] for p in published.progress))
+    done = {(p["agent"], p["sweep"]): f"{p['problems']} of {p['of']}" for p in published.progress}
+    lines = ["| agent | " + " | ".join(sweeps) + " |", "|---|" + "---|" * len(sweeps)]
+    for agent in dict.fromkeys(p["agent"] for p in published.progress):
+        lines.append(f"| {agent} | " + " | ".join(done.get((agent, s), "-") for s in sweeps)
+                     + " |")
     return "\n".join(lines)
 
 
@@ -90,7 +100,7 @@ def main() -> None:
         print(f"filled {args.db} with {added} published rows", flush=True)
     if args.compute:
         for sweep in sweeps:
-            for agent in agents:
+            for agent in agents_for(sweep, agents):
                 print(f"== {agent} on {sweep} ({datetime.datetime.now():%H:%M})", flush=True)
                 subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run", "--agent",
                                 agent, "--sweep", sweep, "--db", args.db, "--quiet",

@@ -64,12 +64,15 @@ def _problem_signature(problem) -> tuple:
 
 
 def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[str, Any]],
-                agents: Sequence[str], package_version: str, computed: str) -> dict[str, Any]:
-    """The table of ``agents``' default-config rows (agent seed 0, estimator "auto") on
-    ``sweeps`` (name -> problems), with each problem's definition and each agent's progress."""
+                agents: Mapping[str, Sequence[str]], package_version: str,
+                computed: str) -> dict[str, Any]:
+    """The table of the default-config rows (agent seed 0, estimator "auto") of
+    ``agents[sweep]`` on each of ``sweeps`` (name -> problems), with each problem's
+    definition and each (agent, sweep)'s progress."""
     problems = {pid: p for sweep in sweeps.values() for pid, p in sweep.items()}
+    names = {name for sweep_agents in agents.values() for name in sweep_agents}
     wanted = {name: configs_lib.config_hash(name, registry.get_agent(name).default)
-              for name in agents}
+              for name in names}
     kept = [dict(r) for r in rows
             if wanted.get(r["agent"]) == r["config_hash"] and r["problem_id"] in problems
             and r["agent_seed"] == 0 and r["estimator"] == "auto"
@@ -77,7 +80,7 @@ def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[
                                                       problems[r["problem_id"]].num_samples)]
     progress = []
     for sweep_name, sweep in sweeps.items():
-        for name in agents:
+        for name in agents[sweep_name]:
             done = {r["problem_id"] for r in kept
                     if r["agent"] == name and r["problem_id"] in sweep}
             progress.append({"agent": name, "sweep": sweep_name, "problems": len(done),

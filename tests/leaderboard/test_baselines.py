@@ -26,8 +26,8 @@ def mlp_rows():
 @pytest.fixture
 def published(tmp_path, mlp_rows, monkeypatch):
     """A table of mlp's smoke rows in place of the shipped one."""
-    table = baselines.build_table(mlp_rows, {"smoke": SMOKE}, ["mlp", "ensemble"], "0.1.0",
-                                  "in a test")
+    table = baselines.build_table(mlp_rows, {"smoke": SMOKE}, {"smoke": ["mlp", "ensemble"]},
+                                  "0.1.0", "in a test")
     path = tmp_path / "published.json.gz"
     baselines.write_table(table, path)
     monkeypatch.setattr(baselines, "PUBLISHED_TABLE", path)
@@ -50,7 +50,8 @@ def test_the_table_round_trips_and_says_how_far_it_got(published, mlp_rows):
 
 def test_rows_of_other_configs_and_problem_definitions_are_left_out(mlp_rows):
     other = [{**r, "config_hash": "0" * 16} for r in mlp_rows]  # not mlp's default config
-    table = baselines.build_table(mlp_rows + other, {"smoke": SMOKE}, ["mlp"], "0.1.0", "test")
+    table = baselines.build_table(mlp_rows + other, {"smoke": SMOKE}, {"smoke": ["mlp"]},
+                                  "0.1.0", "test")
     assert len(table["rows"]) == len(mlp_rows)
     published = baselines.Published("v", "c", tuple(mlp_rows), {
         pid: (*sig[:3], tuple(sig[3])) for pid, sig in table["problems"].items()}, ())
@@ -110,7 +111,7 @@ def test_reproduce_agrees_with_the_published_rows_and_catches_a_wrong_one(
     wrong = [dict(r) for r in mlp_rows]
     for r in wrong:
         r["kl"] += 10 * r["kl_stderr"] * np.sqrt(2)
-    table = baselines.build_table(wrong, {"smoke": SMOKE}, ["mlp"], "0.1.0", "test")
+    table = baselines.build_table(wrong, {"smoke": SMOKE}, {"smoke": ["mlp"]}, "0.1.0", "test")
     baselines.write_table(table, published)
     assert cli.main(["reproduce", "--agent", "mlp", "--sweep", "smoke", "--problems", "1"]) == 1
     assert "0 of 2 rows agree" in capsys.readouterr().out
@@ -123,9 +124,10 @@ def test_the_shipped_table_is_of_todays_problems_and_default_configs():
     that would never be used: this fails until the table is recomputed."""
     shipped = baselines.load(baselines.PUBLISHED_TABLE)
     assert shipped.rows, "the shipped table is empty"
-    paper = problems.get_sweep("paper")
+    every = {pid: p for name in ("paper", "real", "regression")
+             for pid, p in problems.get_sweep(name).items()}
     for pid, definition in shipped.definitions.items():
-        p = paper[pid]
+        p = every[pid]
         assert definition == (p.key_seed, p.num_test, p.num_samples, p.taus), pid
     for r in shipped.rows:
         spec = agents.get_agent(r["agent"])
