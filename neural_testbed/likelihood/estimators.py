@@ -161,6 +161,9 @@ def partition_log_likelihood_and_cells(
     """
     if numerics not in NUMERICS:
         raise ValueError(f"unknown numerics {numerics!r}; allowed: {', '.join(NUMERICS)}")
+    if log_probs.shape[0] == 1:
+        return _one_member_log_likelihood(log_probs, labels, log_weights, probit_clip,
+                                          numerics, num_samples), jnp.array(1, jnp.int32)
     num_cells = 2**num_hyperplanes
     cell = partition_cells(key, log_probs, num_hyperplanes, probit_clip)
     label_log_probs = _label_log_probs(log_probs, labels)  # [members, tau]
@@ -191,3 +194,26 @@ def partition_log_likelihood_and_cells(
     occupied = jnp.isfinite(cell_log_weight)
     cell_joint = cell_log_weight + jnp.where(occupied[:, None], cell_log_mean, 0.0).sum(axis=-1)
     return logsumexp(jnp.where(occupied, cell_joint, -jnp.inf)), jnp.sum(occupied)
+
+
+def _one_member_log_likelihood(log_probs, labels, log_weights, probit_clip, numerics,
+                               num_samples):
+    """Algorithm 4 for a single member (an mlp, a one-member ensemble): whatever the
+    hyperplanes, the member is alone in its cell, so the estimate is its cell's joint
+    term, computed here with the same operations as the general path on that cell
+    (the same numbers) without the other 2^d - 1 empty cells' arithmetic, which made
+    the tau = 100 evaluation of a single network four times slower."""
+    label_log_probs = _label_log_probs(log_probs, labels)[0]  # [tau]
+    log_weight = log_weights[0]
+    if numerics == "paper":
+        cell_log_mean = (label_log_probs + log_weight) - log_weight
+        return log_weight + cell_log_mean.sum()
+    label_log_probs = jnp.clip(label_log_probs, log_ndtr(-probit_clip), log_ndtr(probit_clip))
+    weight = jnp.exp(log_weight)
+    # The general path's cell sums: exp(0) * weight, and log of them plus the shift.
+    cell_log_weight = jnp.log(weight)
+    cell_log_sum = jnp.log(weight) + label_log_probs
+    log_smoothing = jnp.log(_REFERENCE_SMOOTHING / num_samples)
+    cell_log_mean = (jnp.logaddexp(cell_log_sum, log_smoothing)
+                     - jnp.logaddexp(cell_log_weight, log_smoothing))
+    return cell_log_weight + cell_log_mean.sum()

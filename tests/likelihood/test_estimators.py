@@ -1,8 +1,10 @@
 """Known-answer tests of the joint log-likelihood estimators (Algorithms 3 and 4)."""
 
 import itertools
+import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -253,3 +255,37 @@ def test_partition_is_finite_and_exact_for_large_gaps_between_members(gap, numer
         # float32 log-probabilities summed over tau inputs: rounding of ~1e-7 relative each.
         np.testing.assert_allclose(float(est), expected, rtol=1e-5, atol=1e-4)
     assert split > 0  # split cells, where the old estimate was log(0)
+
+
+@pytest.mark.parametrize("numerics", ["reference", "paper"])
+def test_one_member_is_its_own_cell_and_skips_the_empty_cells(numerics):
+    """The single-member shortcut gives the general path's estimate: the general path
+    run on the same member beside a second, undrawn one (log-weight -inf), which occupies
+    no cell; and it counts one occupied cell."""
+    rng = np.random.default_rng(4)
+    tau, k = 50, 3
+    log_probs = np.log(rng.dirichlet(np.ones(k), size=(2, tau))).astype(np.float32)
+    labels = rng.integers(0, k, tau).astype(np.int32)
+
+    @jax.jit
+    def both(key):
+        alone = likelihood.partition_log_likelihood_and_cells(
+            key, log_probs[:1], labels, jnp.zeros(1), numerics=numerics)
+        beside = likelihood.partition_log_likelihood_and_cells(
+            key, log_probs, labels, jnp.array([0.0, -jnp.inf]), numerics=numerics)
+        return alone, beside
+
+    (alone, one_cell), (beside, cells) = both(jax.random.key(0))
+    assert int(one_cell) == int(cells) == 1
+    # Same operations on the same values but for summation order over tau: float32 rounding.
+    np.testing.assert_allclose(float(alone), float(beside), rtol=1e-6)
+    tail = 0.5 * math.erfc(5 / math.sqrt(2))  # Phi(-5): the reference's probability floor
+    clip = (np.log(tail), np.log1p(-tail))
+    chosen = log_probs[0, np.arange(tau), labels]
+    if numerics == "paper":  # no floor, no smoothing: the member's own joint log-likelihood
+        np.testing.assert_allclose(float(alone), chosen.sum(dtype=np.float64), rtol=1e-6)
+    else:  # floored, smoothed by 1e-6 samples of the reference
+        floored = np.clip(chosen.astype(np.float64), *clip)
+        s = np.log(1e-6 / 1000)
+        expected = np.sum(np.logaddexp(floored, s) - np.logaddexp(0.0, s))
+        np.testing.assert_allclose(float(alone), expected, rtol=1e-6)
