@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from neural_testbed.agents import registry
+from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import store as store_lib
 
@@ -85,6 +86,11 @@ def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[
                     if r["agent"] == name and r["problem_id"] in sweep}
             progress.append({"agent": name, "sweep": sweep_name, "problems": len(done),
                              "of": len(sweep)})
+    for r in kept:  # the scalars `leaderboard --metrics` reads; not the per-bin arrays,
+        if r.get("diagnostics"):  # which would make the table 19 times larger
+            r["diagnostics"] = json.dumps(
+                {k: v for k, v in json.loads(r["diagnostics"]).items()
+                 if k in diagnostics_report.ROW_METRICS}, sort_keys=True)
     columns = list(store_lib.COLUMNS)
     used = {r["problem_id"] for r in kept}
     return {

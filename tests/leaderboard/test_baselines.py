@@ -41,6 +41,9 @@ def test_the_table_round_trips_and_says_how_far_it_got(published, mlp_rows):
         (r["problem_id"], r["tau"], r["kl"]) for r in mlp_rows)
     assert {(p["agent"], p["problems"], p["of"]) for p in loaded.progress} == {
         ("mlp", 4, 4), ("ensemble", 0, 4)}
+    # The scalar diagnostics `leaderboard --metrics` reads are kept, the per-bin arrays not.
+    kept = json.loads(loaded.rows[0]["diagnostics"])
+    assert "mutual_information" in kept and "reliability" not in kept
     # Rewriting the same table gives the same bytes (a clean diff when it grows).
     again = published.with_name("again.json.gz")
     with gzip.open(published, "rt") as f:
