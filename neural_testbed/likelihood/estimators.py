@@ -212,7 +212,7 @@ def _one_member_log_likelihood(log_probs, labels, log_weights, probit_clip, nume
     weight = jnp.exp(log_weight)
     # The general path's cell sums: exp(0) * weight, and log of them plus the shift.
     cell_log_weight = jnp.log(weight)
-    cell_log_sum = jnp.log(weight) + label_log_probs
+    cell_log_sum = cell_log_weight + label_log_probs
     log_smoothing = jnp.log(_REFERENCE_SMOOTHING / num_samples)
     cell_log_mean = (jnp.logaddexp(cell_log_sum, log_smoothing)
                      - jnp.logaddexp(cell_log_weight, log_smoothing))
