@@ -54,6 +54,7 @@ def _programs(cache):
             if p.name.endswith("-atime")}
 
 
+@pytest.mark.slow  # two runs of the command, the second with worker processes
 def test_a_second_run_into_a_new_store_compiles_nothing(tmp_path):
     """The command writes its programs to the cache; the same sweep again, into a new store
     with two worker processes, compiles none (no new entry) and reads every one."""

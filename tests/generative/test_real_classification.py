@@ -27,6 +27,7 @@ def _scaled_environment_agent(env):
     return base.Agent(train=lambda key, data, prior: jnp.zeros(()), enn=enn)
 
 
+@pytest.mark.slow  # full-size evaluations (N = M = 1000) through both paths
 def test_nll_minus_conditional_entropy_is_the_synthetic_kl(tmp_path):
     """A dataset drawn from a known random-MLP environment, evaluated through the real-data path
     with the synthetic path's settings (no feature scaling, the same prior knowledge, d = 7,

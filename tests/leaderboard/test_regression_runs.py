@@ -67,7 +67,8 @@ def many_oracle_kls():
         agents.make_oracle_gp_agent(), MANY, "oracle_gp", progress=False)}
 
 
-@pytest.mark.parametrize("name", ["mlp", "ensemble", "gp", "ensemble+", "epinet", "dropout"])
+@pytest.mark.parametrize("name", ["mlp", "gp", *(pytest.param(n, marks=pytest.mark.slow)
+                                   for n in ("ensemble", "ensemble+", "epinet", "dropout"))])
 def test_no_agent_scores_significantly_below_the_exact_posterior(name, many_oracle_kls):
     """The oracle is best in expectation over the functions f, not on every f (an agent that
     happens to be confident and right on a flat f beats it there): over 20 problems, the mean

@@ -61,6 +61,7 @@ def workdir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # SIGKILL and two more runs of the sweep
 def test_killed_sweep_resumes_with_exactly_the_uninterrupted_rows(workdir):
     proc = _cli(SWEEP + ["--db", "killed.db"], workdir)
     deadline = time.time() + 300
