@@ -353,6 +353,7 @@ def test_import_of_a_file_named_like_an_installed_module_is_refused(tmp_path, ca
     _one_error_line(capsys, "the module 'json'", "rename the file")
 
 
+@pytest.mark.slow  # every diagnostic at four taus, and its figures
 def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsys,
                                                                  monkeypatch):
     pytest.importorskip("matplotlib")
