@@ -88,7 +88,8 @@ def _spread_ratio(evaluate, tau, num_test):
 
 
 @pytest.mark.usefixtures("optimised_compiles")  # 12 evaluations at N = M = 300: running, not compiling
-@pytest.mark.parametrize("tau", [1, 100])
+# tau = 1 is slow: shared draws showed their error at tau = 100, which stays in the quick loop.
+@pytest.mark.parametrize("tau", [pytest.param(1, marks=pytest.mark.slow), 100])
 def test_reported_stderr_matches_the_spread_of_repeated_evaluations(tau):
     """A fixed 100-member mixture evaluated with 12 keys: the spread of the estimates is
     what kl_stderr says. With one set of belief samples for all test samples it was 2.3x
@@ -102,6 +103,7 @@ def test_reported_stderr_matches_the_spread_of_repeated_evaluations(tau):
 
 
 @pytest.mark.usefixtures("optimised_compiles")  # 12 evaluations at N = M = 200: running, not compiling
+@pytest.mark.slow  # 12 evaluations of 4 x 10^4 distinct networks
 def test_reported_stderr_matches_the_spread_through_a_plain_sampler():
     """The same through ``evaluate_sampler``: every (test sample, belief sample) is a
     distinct network (M x N = 4 x 10^4 of them), same bounds. N = M = 200: with N = M
