@@ -131,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
                             "hyperparameter sweep) or one the agent names (`neural-testbed "
                             "agents` lists them), e.g. ensemble+'s 'prior-functions' for "
                             "Figure 7")
+    sweep.add_argument("--configs-per-batch", type=int, default=1, metavar="N",
+                       help="configs that differ only in float fields (learning rate, decay, "
+                            "prior scale, ...) trained and evaluated together in one program, "
+                            "up to N at a time: one compilation per group instead of per config "
+                            "and fewer, larger launches on a GPU; N times the memory (default: 1)")
 
     board = commands.add_parser(
         "leaderboard", parents=[common, db, sweep_choice, fmt],
@@ -488,15 +493,18 @@ def _compute(args, configs: Sequence[Any], announce: str,
     prints ``announce`` on stderr, then runs the configs on ``problems`` (default: the
     command's sweep) into the store."""
     problems = list(_sweep_problems(args).values()) if problems is None else list(problems)
+    configs_per_batch = getattr(args, "configs_per_batch", 1)  # `sweep` has it
     sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
-                            workers=args.workers, backend=args.backend, estimator=args.estimator)
+                            workers=args.workers, backend=args.backend, estimator=args.estimator,
+                            configs_per_batch=configs_per_batch)
     sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator, configs)
     shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
         summary = sweep_lib.run_sweep(
             args.agent, configs, problems, store, agent_seed=args.seed, estimator=args.estimator,
-            problems_per_batch=args.problems_per_batch, recompute=args.recompute,
+            problems_per_batch=args.problems_per_batch, configs_per_batch=configs_per_batch,
+            recompute=args.recompute,
             retry_failed=args.retry_failed,
             shard=shard, backend=args.backend, workers=args.workers, address=args.address,
             imports=args.imports, progress=not args.quiet)

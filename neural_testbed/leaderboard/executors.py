@@ -44,6 +44,11 @@ class WorkUnit:
     agent_seed: int = 0
     pad_to: int = 0  # pad the batch to this many problems (0 = its own size)
     train_rows: int = 0  # pad training sets to this many rows, if the agent accepts it (0: no)
+    more_configs: tuple[Any, ...] = ()  # configs of config's group run in the same programs
+
+    @property
+    def configs(self) -> tuple[Any, ...]:
+        return (self.config, *self.more_configs)
 
 
 # Compiled runners of this process, most recently used last, so that the units
@@ -53,20 +58,22 @@ _MAX_RUNNERS = 8
 
 
 def _batch_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunner:
-    """The runner of the unit's config and (padded) shape, compiled once per process."""
+    """The runner of the unit's configs and (padded) shape, compiled once per process."""
     template = unit.problems[0]
     passed = id(agent)
+    spec = registry.get_agent(unit.agent) if agent is None else None
     if agent is None:
-        agent = registry.get_agent(unit.agent).make(unit.config)
+        agent = spec.make(unit.config)
     if unit.train_rows and getattr(agent, "accepts_padding", False):
         template = dataclasses.replace(template, num_train=unit.train_rows)
-    key = (unit.agent, configs.config_hash(unit.agent, unit.config), template.shape,
-           unit.estimator, unit.agent_seed, passed)
+    key = (unit.agent, tuple(configs.config_hash(unit.agent, c) for c in unit.configs),
+           template.shape, unit.estimator, unit.agent_seed, passed)
     if key in _RUNNERS:
         _RUNNERS.move_to_end(key)
         return _RUNNERS[key]
     made = runner.BatchRunner(agent, unit.agent, unit.config, template, unit.estimator,
-                              unit.agent_seed)
+                              unit.agent_seed, more_configs=unit.more_configs,
+                              make=spec.make if spec else None)
     _RUNNERS[key] = made  # holds ``agent``, so its id is not reused while cached
     if len(_RUNNERS) > _MAX_RUNNERS:
         _RUNNERS.popitem(last=False)
@@ -75,23 +82,38 @@ def _batch_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunne
 
 def failed_rows(unit: WorkUnit, error: str) -> list[base.ProblemResult]:
     """Failed rows for every (problem, tau) of a unit that could not run at all."""
-    return runner.failed_rows(unit.agent, unit.config, unit.problems, unit.estimator,
-                              unit.agent_seed, error)
+    return [row for config in unit.configs
+            for row in runner.failed_rows(unit.agent, config, unit.problems, unit.estimator,
+                                          unit.agent_seed, error)]
 
 
 def compute_unit(unit: WorkUnit, agent: base.Agent | None = None) -> list[base.ProblemResult]:
     """The rows of a work unit; failures become failed rows, never exceptions.
+
+    A unit of several configs runs them in one vmapped program; if that cannot be
+    built or run (an agent that uses a config float in Python, a host agent, a
+    failing problem), it runs them one config at a time instead.
 
     Args:
       unit: the work.
       agent: the agent to run; None builds it from the registry (workers,
         Ray tasks), so only registered agents run outside this process.
     """
+    size = max(unit.pad_to, len(unit.problems))
+    if unit.more_configs:
+        try:
+            made = _batch_runner(unit, agent)
+            return runner.run_batch(made, list(unit.problems), size, unit.config)
+        except Exception as error:  # whatever the reason: one config at a time
+            log.info("%s: %d configs in one program failed (%s); one config at a time",
+                     unit.agent, len(unit.configs), runner.error_text(error))
+            return [row for config in unit.configs
+                    for row in compute_unit(dataclasses.replace(
+                        unit, config=config, more_configs=()), agent)]
     try:
         made = _batch_runner(unit, agent)
     except Exception as error:  # building the agent failed: every problem fails
         return failed_rows(unit, f"{type(error).__name__}: {error}")
-    size = max(unit.pad_to, len(unit.problems))
     return runner.run_batch(made, list(unit.problems), size, unit.config)
 
 

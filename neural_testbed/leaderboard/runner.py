@@ -21,16 +21,18 @@ import numpy as np
 
 from neural_testbed import base, diagnostics
 from neural_testbed.agents import host
+from neural_testbed.leaderboard import config_batches
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import predictives
 from neural_testbed.likelihood import kl, regression
 
-__all__ = ["BatchRunner", "failed_rows", "run_batch"]
+__all__ = ["BatchRunner", "error_text", "failed_rows", "run_batch"]
 
 log = logging.getLogger(__name__)
 
 
-def _error_text(error: BaseException | str) -> str:
+def error_text(error: BaseException | str) -> str:
+    """An exception as text of at most about 1000 characters, for a failed row or a log."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     return text if len(text) <= 1000 else text[:1000] + " ..."
 
@@ -50,28 +52,48 @@ class BatchRunner:
     """
 
     def __init__(self, agent: base.Agent | base.HostAgent, agent_name: str, config: Any,
-                 template: base.Problem, estimator: str, agent_seed: int):
+                 template: base.Problem, estimator: str, agent_seed: int, *,
+                 more_configs: Sequence[Any] = (), make: Callable[[Any], base.Agent] | None = None):
+        """``more_configs``: configs of ``config``'s group (``config_batches``) computed in
+        the same programs, their differing floats traced; ``make`` builds an agent from a
+        config (needed with ``more_configs``)."""
         self.agent_name = agent_name
-        self.config_json = configs_lib.config_json(config)
-        self.config_hash = configs_lib.config_hash(agent_name, config)
+        self.configs = (config, *more_configs)
+        self.config_jsons = [configs_lib.config_json(c) for c in self.configs]
+        self.config_hashes = [configs_lib.config_hash(agent_name, c) for c in self.configs]
         self.template = template
         self.estimator = estimator
         self.agent_seed = agent_seed
         self._compiled: dict[tuple[str, int], Callable] = {}
         self._programs: dict[str, Callable] = {}
+        self._values: tuple[np.ndarray, ...] = ()  # the traced floats, [configs, fields]
+        if more_configs:
+            names = config_batches.traced_fields(self.configs)
+            self._values = (config_batches.values_of(self.configs, names),)
+
+            def agent_for(values):  # one config's agent, inside the vmap over configs
+                return make(config_batches.with_values(config, names, values))
         if isinstance(agent, base.HostAgent):
+            if more_configs:
+                raise TypeError("a host agent trains outside JAX: one config at a time")
             self._host_agent, self._host_states = agent, host.HostStates()
             enn = host.host_enn(agent, self._host_states, template.num_classes)
         else:
             self._host_agent, enn = None, agent.enn
             pads = getattr(agent, "accepts_padding", False)
 
-            def train(agent_keys, instances, num_train):
+            def train_problems(agent, agent_keys, instances, num_train):
                 def one(key, data, prior, num_train):
                     if pads:  # T may be fewer than the (padded) rows: say how many
                         prior = prior.replace(num_train=num_train)
                     return agent.train(jax.random.fold_in(key, agent_seed), data, prior)
                 return jax.vmap(one)(agent_keys, instances.data, instances.prior, num_train)
+
+            def train(agent_keys, instances, num_train, *values):
+                if not more_configs:
+                    return train_problems(agent, agent_keys, instances, num_train)
+                return jax.vmap(lambda v: train_problems(agent_for(v), agent_keys, instances,
+                                                         num_train))(values[0])
 
             self._programs["train"] = train
         # Every evaluation at one tau sees the same test samples and belief samples.
@@ -79,19 +101,27 @@ class BatchRunner:
         # The evaluation whose rows keep a regression agent's predictive at the probes.
         self._keeps_predictive = next(e for e in self.evaluations if e[0] == min(template.taus))
         for tau, tau_estimator in self.evaluations:
-            if template.target == "regression":
-                evaluate_one = regression.make_regression_evaluator(
-                    enn, tau, template.num_test, template.num_samples, tau_estimator)
-            else:
-                evaluate_one = kl.make_evaluator(
+            def evaluator(enn, tau=tau, tau_estimator=tau_estimator):
+                if template.target == "regression":
+                    return regression.make_regression_evaluator(
+                        enn, tau, template.num_test, template.num_samples, tau_estimator)
+                return kl.make_evaluator(
                     enn, tau, template.num_classes, template.num_test,
                     template.num_samples, tau_estimator, num_hyperplanes=template.num_hyperplanes)
 
-            def evaluate(test_keys, states, envs, tau=tau, evaluate_one=evaluate_one):
+            def evaluate(test_keys, states, envs, *values, tau=tau, evaluator=evaluator,
+                         evaluate_one=evaluator(enn)):
                 def one(args):
                     test_key, state, env = args
                     data_key, eval_key = jax.random.split(jax.random.fold_in(test_key, tau))
-                    return evaluate_one(eval_key, state, template.sample_test(data_key, env, tau))
+                    test = template.sample_test(data_key, env, tau)
+                    if not more_configs:
+                        return evaluate_one(eval_key, state, test)
+                    # Every config sees the problem's test samples and belief-sample keys.
+                    return jax.vmap(lambda s, v: evaluator(agent_for(v).enn)(eval_key, s, test))(
+                        state, values[0])
+                if more_configs:  # states are [configs, problems, ...]: map over problems
+                    states = jax.tree.map(lambda s: jax.numpy.swapaxes(s, 0, 1), states)
                 return jax.lax.map(one, (test_keys, states, envs))
 
             self._programs[f"evaluate{tau}/{tau_estimator}"] = evaluate
@@ -107,7 +137,7 @@ class BatchRunner:
 
     def __call__(self, batch: Sequence[base.Problem], num_real: int) -> list[base.ProblemResult]:
         """Rows for the first ``num_real`` problems of ``batch`` (the rest is
-        padding); raises if anything in the batch fails."""
+        padding), for each config; raises if anything in the batch fails."""
         key_seeds = np.array([p.key_seed for p in batch], np.uint32)
         args = _stack([p.build_args() for p in batch])
         (instances, agent_keys, test_keys), build_compile, build_run = self._call(
@@ -115,7 +145,7 @@ class BatchRunner:
         if self._host_agent is None:
             num_train = np.array([p.num_train for p in batch], np.int32)
             states, train_compile, train_run = self._call(
-                "train", agent_keys, instances, num_train)
+                "train", agent_keys, instances, num_train, *self._values)
         else:
             states, train_compile, train_run = self._train_on_host(agent_keys, instances, num_real)
         compile_seconds = build_compile + train_compile
@@ -123,20 +153,27 @@ class BatchRunner:
         try:
             for tau, estimator in self.evaluations:
                 ev, eval_compile, eval_run = self._call(
-                    f"evaluate{tau}/{estimator}", test_keys, states, instances.env)
+                    f"evaluate{tau}/{estimator}", test_keys, states, instances.env, *self._values)
                 compile_seconds += eval_compile
-                if isinstance(ev.diagnostics, diagnostics.Inputs):  # classification
-                    ev = ev._replace(diagnostics=diagnostics.summarise_batch(ev.diagnostics))
-                evaluations[tau, estimator] = jax.device_get(ev), eval_run / num_real
+                evaluations[tau, estimator] = jax.device_get(ev), eval_run
         finally:
             if self._host_agent is not None:
                 self._host_states.clear()
-        return [
-            self._row(p, tau, estimator, ev, i, (build_run + train_run) / num_real,
-                      compile_seconds / num_real, eval_seconds)
-            for i, p in enumerate(batch[:num_real])
-            for (tau, estimator), (ev, eval_seconds) in evaluations.items()
-        ]
+        shares = num_real * len(self.configs)  # (problem, config) pairs the times are split over
+        rows = []
+        for c in range(len(self.configs)):
+            of_config = {}
+            for (tau, estimator), (ev, eval_run) in evaluations.items():
+                if self._values:  # [problems, configs, ...]: this config's
+                    ev = jax.tree.map(lambda a, c=c: a[:, c], ev)
+                if isinstance(ev.diagnostics, diagnostics.Inputs):  # classification
+                    ev = ev._replace(diagnostics=diagnostics.summarise_batch(ev.diagnostics))
+                of_config[tau, estimator] = ev, eval_run / shares
+            rows += [self._row(p, tau, estimator, ev, i, c, (build_run + train_run) / shares,
+                               compile_seconds / shares, eval_seconds)
+                     for i, p in enumerate(batch[:num_real])
+                     for (tau, estimator), (ev, eval_seconds) in of_config.items()]
+        return rows
 
     def _train_on_host(self, agent_keys, instances, num_real) -> tuple[jax.Array, float, float]:
         """Trains a host agent problem by problem; returns its states' handles.
@@ -156,7 +193,7 @@ class BatchRunner:
         handles += [handles[-1]] * (len(agent_keys) - num_real)
         return np.array(handles, np.int32), 0.0, time.perf_counter() - start
 
-    def _row(self, problem, tau, estimator, ev: kl.Evaluation, i, train_seconds,
+    def _row(self, problem, tau, estimator, ev: kl.Evaluation, i, c, train_seconds,
              compile_seconds, eval_seconds) -> base.ProblemResult:
         values = {name: float(np.asarray(getattr(ev, name))[i])
                   for name in ("kl", "kl_stderr", "accuracy", "ece")}
@@ -174,8 +211,8 @@ class BatchRunner:
             predictive = predictives.encode(np.asarray(belief.mean)[i],
                                             np.asarray(belief.spread)[i],
                                             np.asarray(belief.noise_variance)[i])
-        return result_row(self.agent_name, self.config_hash, self.config_json, problem, tau,
-                          estimator, self.agent_seed, **values,
+        return result_row(self.agent_name, self.config_hashes[c], self.config_jsons[c], problem,
+                          tau, estimator, self.agent_seed, **values,
                           num_clipped=int(np.asarray(ev.num_clipped)[i]),
                           train_seconds=train_seconds, compile_seconds=compile_seconds,
                           eval_seconds=eval_seconds, status=status, error=error,
@@ -248,7 +285,7 @@ def failed_rows(agent_name: str, config: Any, problems: Sequence[base.Problem],
         result_row(agent_name, config_hash, config_json, p, tau, tau_estimator, agent_seed,
                    kl=nan, kl_stderr=nan, num_clipped=0, accuracy=nan, ece=nan,
                    train_seconds=nan, compile_seconds=nan, eval_seconds=nan,
-                   status="failed", error=_error_text(error))
+                   status="failed", error=error_text(error))
         for p in problems for tau, tau_estimator in kl.evaluations(p.taus, estimator)
     ]
 
@@ -258,16 +295,18 @@ def run_batch(runner: BatchRunner, batch: Sequence[base.Problem], size: int,
     """Rows of a batch of same-shape problems, padded to ``size`` problems.
 
     On an error, runs its problems one by one, so that only the failing ones
-    get failed rows.
+    get failed rows (a runner of several configs raises instead).
     """
     padded = list(batch) + [batch[-1]] * (size - len(batch))
     try:
         return runner(padded, num_real=len(batch))
     except Exception as error:  # an agent may raise anything; record, don't stop
+        if len(runner.configs) > 1:  # the caller runs them one config at a time
+            raise
         if len(batch) == 1:
             log.warning("%s failed on %s: %s", runner.agent_name, batch[0].problem_id, error)
             return failed_rows(runner.agent_name, config, batch, runner.estimator,
                                runner.agent_seed, error)
         log.warning("%s: a batch of %d problems failed (%s); retrying one by one",
-                    runner.agent_name, len(batch), _error_text(error))
+                    runner.agent_name, len(batch), error_text(error))
         return [row for p in batch for row in run_batch(runner, [p], 1, config)]

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from neural_testbed import base
 from neural_testbed.agents import registry, validation
-from neural_testbed.leaderboard import executors
+from neural_testbed.leaderboard import config_batches, executors
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.likelihood import kl, regression
 
@@ -57,6 +57,7 @@ def check_options(
     workers: int = 1,
     backend: str = "local",
     estimator: str = "auto",
+    configs_per_batch: int = 1,
 ) -> None:
     """Checks the settings of a run before anything is opened or computed.
 
@@ -74,6 +75,9 @@ def check_options(
             not is_int(problems_per_batch) or problems_per_batch < 1):
         raise ValueError("problems per batch (--problems-per-batch) must be an integer >= 1, "
                          f"got {problems_per_batch!r}")
+    if not is_int(configs_per_batch) or configs_per_batch < 1:
+        raise ValueError("configs per batch (--configs-per-batch) must be an integer >= 1, "
+                         f"got {configs_per_batch!r}")
     if not is_int(workers) or workers < 1:
         raise ValueError(f"workers (--workers) must be an integer >= 1, got {workers!r}")
     if backend not in executors.BACKENDS:
@@ -112,52 +116,61 @@ def plan_units(
     agent_seed: int = 0,
     estimator: str = "auto",
     problems_per_batch: int | None = None,
+    configs_per_batch: int = 1,
     recompute: bool = False,
     retry_failed: bool = False,
     shard: tuple[int, int] = (1, 1),
 ) -> tuple[list[executors.WorkUnit], int]:
     """The work units still to run, and how many rows the store already holds.
 
-    Units are cut from the whole sweep (per config, per problem shape, chunks
-    of ``problems_per_batch``) before anything is skipped, so a unit is the same batch
-    whichever backend, worker count or shard runs it, and gives the same
-    numbers. Shard ``(i, n)`` keeps the units whose position is ``i - 1``
-    modulo ``n``. Problems already stored are then dropped from their unit
-    (``store=None``: nothing is stored yet).
+    Units are cut from the whole sweep (per batch of configs, per problem shape,
+    chunks of ``problems_per_batch``) before anything is skipped, so a unit is the
+    same batch whichever backend, worker count or shard runs it, and gives the same
+    numbers. Shard ``(i, n)`` keeps the units whose position is ``i - 1`` modulo
+    ``n``. Problems already stored are then dropped from their unit (``store=None``:
+    nothing is stored yet); a batch of configs whose configs are stored for different
+    problems (some run alone earlier) is split into one unit per config.
     """
     check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch,
-                  estimator=estimator)
+                  estimator=estimator, configs_per_batch=configs_per_batch)
     for config in configs:  # user agents' configs obey the same field rules as built-ins
         if dataclasses.is_dataclass(config) and not isinstance(config, type):
             validation.check_fields(config)
     shard_index, num_shards = shard
     train_rows = _train_rows(problems)
+    groups: dict[Any, list[base.Problem]] = {}
+    for p in problems:
+        groups.setdefault(p.shape, []).append(p)
     units, reused, position = [], 0, 0
-    for config in configs:
-        done = set() if recompute or store is None else store.done(
-            agent_name, config, estimator, agent_seed)
-        if retry_failed and store is not None:
-            done -= store.done(agent_name, config, estimator, agent_seed, status="failed")
-        groups: dict[Any, list[base.Problem]] = {}
-        for p in problems:
-            groups.setdefault(p.shape, []).append(p)
+    for config_batch in config_batches.batch_configs(configs, configs_per_batch):
+        done = []
+        for config in config_batch:
+            stored = set() if recompute or store is None else store.done(
+                agent_name, config, estimator, agent_seed)
+            if retry_failed and store is not None:
+                stored -= store.done(agent_name, config, estimator, agent_seed, status="failed")
+            done.append(stored)
         for group in groups.values():
             size = problems_per_batch or len(group)
             for start in range(0, len(group), size):
                 batch, position = group[start:start + size], position + 1
                 if (position - 1) % num_shards != shard_index - 1:
                     continue
-                todo = []
-                for p in batch:
-                    keys = [(p.problem_id, tau, p.num_test, p.num_samples) for tau in p.taus]
-                    if all(key in done for key in keys):
-                        reused += len(keys)
-                    else:
-                        todo.append(p)
-                if todo:
-                    units.append(executors.WorkUnit(
-                        agent_name, config, tuple(todo), estimator, agent_seed, pad_to=size,
-                        train_rows=train_rows.get(batch[0].problem_id, 0)))
+                todo = []  # per config, the problems it still needs
+                for stored in done:
+                    todo.append(tuple(p for p in batch if not all(
+                        (p.problem_id, tau, p.num_test, p.num_samples) in stored
+                        for tau in p.taus)))
+                    reused += sum(len(p.taus) for p in batch) - sum(
+                        len(p.taus) for p in todo[-1])
+                together = [(config_batch, todo[0])] if len(set(todo)) == 1 else [
+                    ((config,), needed) for config, needed in zip(config_batch, todo)]
+                for batch_configs, needed in together:
+                    if needed:
+                        units.append(executors.WorkUnit(
+                            agent_name, batch_configs[0], needed, estimator, agent_seed,
+                            pad_to=size, train_rows=train_rows.get(batch[0].problem_id, 0),
+                            more_configs=batch_configs[1:]))
     return units, reused
 
 
@@ -184,7 +197,7 @@ def _progress(units, total: int, desc: str, show: bool) -> Iterator:
     with bar:
         for unit, rows in units:
             yield unit, rows
-            bar.update(len(unit.problems))
+            bar.update(len(unit.problems) * len(unit.configs))
 
 
 def run_agent(
@@ -231,7 +244,7 @@ def run_agent(
     units, _ = plan_units(agent_name, [config], problems, None, agent_seed=agent_seed,
                           estimator=estimator, problems_per_batch=problems_per_batch)
     results: list[base.ProblemResult] = []
-    total = sum(len(u.problems) for u in units)
+    total = sum(len(u.problems) * len(u.configs) for u in units)
     for _, rows in _progress(executors.execute(units, agent=agent), total, agent_name, progress):
         if on_rows is not None:
             on_rows(rows)
@@ -249,6 +262,7 @@ def run_sweep(
     agent_seed: int = 0,
     estimator: str = "auto",
     problems_per_batch: int | None = None,
+    configs_per_batch: int = 1,
     recompute: bool = False,
     retry_failed: bool = False,
     shard: tuple[int, int] = (1, 1),
@@ -269,6 +283,8 @@ def run_sweep(
       agent_seed: folded into every problem's agent key.
       estimator: the likelihood estimator setting.
       problems_per_batch: problems of one shape per work unit (None = all of them).
+      configs_per_batch: configs that differ only in float fields trained and evaluated
+        in one program (vmap over configs, ``config_batches``); more uses more memory.
       recompute: recompute and replace rows already in the store.
       retry_failed: recompute the rows stored as failed (and missing ones).
       shard: ``(i, n)``: run only the i-th of n deterministic shares of the units.
@@ -282,14 +298,15 @@ def run_sweep(
       Counts of computed, reused and failed rows.
     """
     check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch, workers=workers,
-                  backend=backend, estimator=estimator)
+                  backend=backend, estimator=estimator, configs_per_batch=configs_per_batch)
     check_agent_on_problems(agent_name, problems, estimator, configs)
     units, reused = plan_units(
         agent_name, configs, list(problems), store, agent_seed=agent_seed, estimator=estimator,
-        problems_per_batch=problems_per_batch, recompute=recompute, retry_failed=retry_failed,
+        problems_per_batch=problems_per_batch, configs_per_batch=configs_per_batch,
+        recompute=recompute, retry_failed=retry_failed,
         shard=shard)
     summary = SweepSummary(reused=reused)
-    total = sum(len(u.problems) for u in units)
+    total = sum(len(u.problems) * len(u.configs) for u in units)
     executed = executors.execute(units, backend, workers, address, imports)
     # Closed on the way out, whatever ends the loop: a Ctrl-C while this thread writes rows
     # would otherwise leave the workers computing (the generator, kept alive by the
