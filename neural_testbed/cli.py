@@ -131,11 +131,12 @@ def _parser() -> argparse.ArgumentParser:
                             "hyperparameter sweep) or one the agent names (`neural-testbed "
                             "agents` lists them), e.g. ensemble+'s 'prior-functions' for "
                             "Figure 7")
-    sweep.add_argument("--configs-per-batch", type=int, default=1, metavar="N",
+    sweep.add_argument("--configs-per-batch", type=int, default=8, metavar="N",
                        help="configs that differ only in float fields (learning rate, decay, "
-                            "prior scale, ...) trained and evaluated together in one program, "
-                            "up to N at a time: one compilation per group instead of per config "
-                            "and fewer, larger launches on a GPU; N times the memory (default: 1)")
+                            "prior scale, ...) are trained and evaluated together in one "
+                            "program, up to N at a time: one compilation per group instead of "
+                            "per config, and fewer, larger launches on a GPU; N times the "
+                            "memory. 1 runs each config alone (default: 8)")
 
     board = commands.add_parser(
         "leaderboard", parents=[common, db, sweep_choice, fmt],
@@ -493,7 +494,7 @@ def _compute(args, configs: Sequence[Any], announce: str,
     prints ``announce`` on stderr, then runs the configs on ``problems`` (default: the
     command's sweep) into the store."""
     problems = list(_sweep_problems(args).values()) if problems is None else list(problems)
-    configs_per_batch = getattr(args, "configs_per_batch", 1)  # `sweep` has it
+    configs_per_batch = getattr(args, "configs_per_batch", 1)  # `run`: one config, no option
     sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
                             workers=args.workers, backend=args.backend, estimator=args.estimator,
                             configs_per_batch=configs_per_batch)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from neural_testbed import base
+from neural_testbed.agents import validation
 
 __all__ = [
     "adam_with_l2",
@@ -141,9 +142,10 @@ def check_training_fields(config) -> None:
         value = getattr(config, name)
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value!r}")
-    if not config.learning_rate > 0:
+    # A traced float (a batch of configs) was checked when its own config was made.
+    if not validation.is_traced(config.learning_rate) and not config.learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {config.learning_rate!r}")
-    if not config.l2_weight_decay >= 0:
+    if not validation.is_traced(config.l2_weight_decay) and not config.l2_weight_decay >= 0:
         raise ValueError(f"l2_weight_decay must be >= 0, got {config.l2_weight_decay!r}")
     if not config.hidden or any(w < 1 for w in config.hidden):
         raise ValueError(f"hidden must be one or more widths >= 1, got {config.hidden!r}")

@@ -28,7 +28,9 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["check_fields"]
+import jax
+
+__all__ = ["check_fields", "is_traced"]
 
 
 def check_fields(config: Any) -> None:
@@ -47,9 +49,17 @@ def check_fields(config: Any) -> None:
     for field in dataclasses.fields(config):
         annotation = hints.get(field.name, Any)
         value = getattr(config, field.name)
+        if is_traced(value):  # checked when the config it came from was made
+            continue
         allowed = _allowed(value, annotation)
         if allowed is not None:
             raise ValueError(f"{field.name} must be {allowed}, got {value!r}")
+
+
+def is_traced(value: Any) -> bool:
+    """Whether ``value`` is a JAX tracer: a config float traced in a batch of configs
+    (``leaderboard.config_batches``), which Python comparisons cannot check."""
+    return isinstance(value, jax.core.Tracer)
 
 
 def _is_int(value: Any) -> bool:

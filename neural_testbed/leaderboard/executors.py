@@ -25,7 +25,7 @@ from typing import Any
 
 from neural_testbed import base, compilation_cache, memory
 from neural_testbed.agents import plugins, registry
-from neural_testbed.leaderboard import configs, runner
+from neural_testbed.leaderboard import config_batches, configs, runner
 
 __all__ = ["BACKENDS", "WorkUnit", "compute_unit", "execute"]
 
@@ -55,6 +55,9 @@ class WorkUnit:
 # of one config and shape compile once per process.
 _RUNNERS: collections.OrderedDict = collections.OrderedDict()
 _MAX_RUNNERS = 8
+# Config groups whose batch failed in this process (e.g. an agent that reads a config
+# float in Python): their later units go one config at a time without trying again.
+_UNBATCHABLE: set = set()
 
 
 def _batch_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunner:
@@ -101,12 +104,16 @@ def compute_unit(unit: WorkUnit, agent: base.Agent | None = None) -> list[base.P
     """
     size = max(unit.pad_to, len(unit.problems))
     if unit.more_configs:
+        group = (unit.agent, config_batches.group_key(unit.config), id(agent))
         try:
+            if group in _UNBATCHABLE:
+                raise TypeError("an earlier batch of this group failed")
             made = _batch_runner(unit, agent)
             return runner.run_batch(made, list(unit.problems), size, unit.config)
         except Exception as error:  # whatever the reason: one config at a time
             log.info("%s: %d configs in one program failed (%s); one config at a time",
                      unit.agent, len(unit.configs), runner.error_text(error))
+            _UNBATCHABLE.add(group)
             return [row for config in unit.configs
                     for row in compute_unit(dataclasses.replace(
                         unit, config=config, more_configs=()), agent)]

@@ -262,7 +262,7 @@ def run_sweep(
     agent_seed: int = 0,
     estimator: str = "auto",
     problems_per_batch: int | None = None,
-    configs_per_batch: int = 1,
+    configs_per_batch: int = 8,
     recompute: bool = False,
     retry_failed: bool = False,
     shard: tuple[int, int] = (1, 1),
@@ -283,8 +283,9 @@ def run_sweep(
       agent_seed: folded into every problem's agent key.
       estimator: the likelihood estimator setting.
       problems_per_batch: problems of one shape per work unit (None = all of them).
-      configs_per_batch: configs that differ only in float fields trained and evaluated
-        in one program (vmap over configs, ``config_batches``); more uses more memory.
+      configs_per_batch: up to this many configs that differ only in float fields are
+        trained and evaluated in one program (vmap over configs, ``config_batches``):
+        one compilation per group of configs, not per config; more uses more memory.
       recompute: recompute and replace rows already in the store.
       retry_failed: recompute the rows stored as failed (and missing ones).
       shard: ``(i, n)``: run only the i-th of n deterministic shares of the units.
