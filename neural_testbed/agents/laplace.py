@@ -153,11 +153,18 @@ def last_layer_precision_factor(
 
 
 def fit_last_layer(
-    params: networks.MLPParams, x: jax.Array, prior_precision: float | jax.Array
+    params: networks.MLPParams, x: jax.Array, prior_precision: float | jax.Array,
+    num_train: int | jax.Array | None = None,
 ) -> LaplaceState:
     """The Laplace posterior of the last layer of trained ``params`` given training inputs
-    ``x [T, d]`` (the labels do not enter: the GGN uses the network's own probabilities)."""
+    ``x [T, d]`` (the labels do not enter: the GGN uses the network's own probabilities).
+
+    ``num_train``: only the first rows of ``x`` are training inputs (the rest padding);
+    their feature rows are zeroed, which adds nothing to the GGN.
+    """
     features = last_layer_features(params, x)  # [T, m + 1]
+    if num_train is not None:
+        features = jnp.where((jnp.arange(x.shape[0]) < num_train)[:, None], features, 0.0)
     last = params[-1]
     logits = features[:, :-1] @ last["w"] + last["b"]
     r = last_layer_precision_factor(features, logits, prior_precision)
@@ -178,7 +185,7 @@ def make_laplace_agent(config: LaplaceConfig = LaplaceConfig()) -> base.Agent:
 
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> LaplaceState:
         params = mlp_agent.train(key, data, prior)  # the mlp agent's network, bit for bit
-        return fit_last_layer(params, data.x, config.prior_precision)
+        return fit_last_layer(params, data.x, config.prior_precision, prior.num_train)
 
     def apply(state: LaplaceState, x: jax.Array, index: jax.Array) -> jax.Array:
         last = state.params[-1]
@@ -197,7 +204,9 @@ def make_laplace_agent(config: LaplaceConfig = LaplaceConfig()) -> base.Agent:
     def sample_index(key: jax.Array) -> jax.Array:
         return key  # the key of z
 
-    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None))
+    # The mlp trains on the first prior.num_train rows; the GGN counts only those.
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None),
+                      accepts_padding=True)
 
 
 def laplace_sweep() -> tuple[LaplaceConfig, ...]:

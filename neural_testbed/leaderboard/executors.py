@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class WorkUnit:
-    """One agent config on one batch of problems of the same shape."""
+    """A batch of configs of one agent (one config, or several of one group) on one batch
+    of problems of the same shape."""
 
     agent: str
     config: Any

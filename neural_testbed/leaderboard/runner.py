@@ -1,4 +1,5 @@
-"""Computes the rows of one agent config on a batch of same-shape problems.
+"""Computes the rows of one agent config (or a batch of configs of one group, vmapped:
+``config_batches``) on a batch of same-shape problems.
 
 The problems' instances are built (one after another), the agent is
 trained (``vmap`` over problems) and evaluated at every tau (``lax.map`` over
@@ -42,7 +43,7 @@ def _stack(trees: Sequence[Any]) -> Any:
 
 
 class BatchRunner:
-    """Compiled programs for one agent config and one problem shape.
+    """Compiled programs for one agent config (or batch of configs) and one problem shape.
 
     Reuse one for every batch of that shape: each program compiles once per
     batch size, ahead of time, so its compile time is measured apart. With a
