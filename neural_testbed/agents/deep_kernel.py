@@ -184,10 +184,13 @@ def make_deep_kernel_agent(config: DeepKernelConfig = DeepKernelConfig()) -> bas
             return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
 
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size
+            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size,
+            prior.num_train,
         )
-        # The posterior over the last layer, from every training input.
+        # The posterior over the last layer, from every training input; rows beyond
+        # prior.num_train (padding) are zeroed, which adds nothing to Phi^T Phi.
         phi, _ = features_and_logits(params, data.x, norm)  # [T, m]
+        phi = jnp.where((jnp.arange(phi.shape[0]) < prior.num_train)[:, None], phi, 0.0)
         sigma_squared = config.sigma_squared
         if config.temperature_scaled_sigma:
             sigma_squared = sigma_squared * prior.temperature
@@ -207,7 +210,8 @@ def make_deep_kernel_agent(config: DeepKernelConfig = DeepKernelConfig()) -> bas
     def sample_index(key: jax.Array) -> jax.Array:
         return key  # the key of zeta: smaller to store than zeta itself
 
-    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None))
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None),
+                      accepts_padding=True)
 
 
 def deep_kernel_sweep() -> tuple[DeepKernelConfig, ...]:
