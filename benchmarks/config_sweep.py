@@ -3,7 +3,9 @@
 Not a test. Runs `neural-testbed sweep --agent A --sweep S --configs-per-batch N` as a
 subprocess for each N, each cold (a new, empty compilation cache) into a new store, as a
 user's first sweep runs, then reads both stores and prints how far each config's rows
-moved from N = 1's (they differ in float32 rounding only), in standard errors.
+moved from N = 1's (they differ in float32 rounding only), in standard errors. On
+whatever device JAX sees: on a GPU it shows what batching configs does to launch-bound
+sweeps (`--agent bbb --batches 1,8`, 86 configs in 7 groups).
 
 Usage:
   PYTHONPATH=. python benchmarks/config_sweep.py                        # mlp, smoke, N 1 and 7
@@ -44,8 +46,11 @@ def main() -> None:
     parser.add_argument("--batches", default="1,7", help="values of --configs-per-batch")
     args = parser.parse_args()
     sizes = [int(n) for n in args.batches.split(",")]
-    print(f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; "
-          f"neural-testbed sweep --agent {args.agent} --sweep {args.sweep}, cold")
+    device = subprocess.run([sys.executable, "-c", "import jax; print(jax.devices()[0])"],
+                            capture_output=True, text=True).stdout.strip()
+    print(f"device {device}, {os.cpu_count()} CPU cores, load average "
+          f"{os.getloadavg()[0]:.1f}; neural-testbed sweep --agent {args.agent} --sweep "
+          f"{args.sweep}, cold")
     with tempfile.TemporaryDirectory() as scratch:
         stores = {}
         for n in sizes:
