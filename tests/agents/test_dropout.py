@@ -64,6 +64,19 @@ def test_masks_drop_a_fraction_p_and_keep_the_mean():
     assert dropout._draw_masks(jax.random.key(0), params, p, False, ())[0] is None
 
 
+def test_one_mask_for_every_input_is_the_same_network_as_that_mask_on_each_input(trained):
+    """A [width] mask scales weight rows (the evaluator's fast form); the same mask given
+    per input ([n, width]) scales activations. Both are one network: equal to float32
+    rounding (x * m) @ w vs x @ (m * w)."""
+    _, _, _, _, params, _ = trained
+    x = jax.random.normal(jax.random.key(3), (40, 2))
+    one = dropout._draw_masks(jax.random.key(5), params, 0.3, True, ())
+    per_input = [jnp.broadcast_to(m, (40, *m.shape)) for m in one]
+    np.testing.assert_allclose(dropout._apply_with_masks(params, x, one),
+                               dropout._apply_with_masks(params, x, per_input),
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("temperature", [0.01, 0.5])
 def test_weight_decay_follows_gal_or_the_adaptive_formula(temperature):
     prior = base.PriorKnowledge(input_dim=3, num_classes=2, num_train=40, env_hidden=(50, 50),
