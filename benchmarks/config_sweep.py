@@ -5,7 +5,8 @@ subprocess for each N, each cold (a new, empty compilation cache) into a new sto
 user's first sweep runs, then reads both stores and prints how far each config's rows
 moved from N = 1's (they differ in float32 rounding only), in standard errors. On
 whatever device JAX sees: on a GPU it shows what batching configs does to launch-bound
-sweeps (`--agent bbb --batches 1,8`, 86 configs in 7 groups).
+sweeps (`--batches 1,14`: mlp's two groups of 7; `--agent bbb --batches 1,8`: 86 configs in 7
+groups, long).
 
 Usage:
   PYTHONPATH=. python benchmarks/config_sweep.py                        # mlp, smoke, N 1 and 7
