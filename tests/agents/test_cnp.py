@@ -113,6 +113,7 @@ def _predict_all(params, x, y, num_context):
         cnp.CNPState(params, base.Data(x[:num_context], y[:num_context])), x))(x, y)
 
 
+@pytest.mark.slow  # a long meta-training run
 def test_meta_training_lowers_the_held_out_negative_log_likelihood():
     """500 steps; then on 300 held-out functions, 5 context pairs, 30 targets: the mean
     per-function NLL of the targets under the meta-trained CNP is below the untrained one's

@@ -139,6 +139,7 @@ def test_normalisation_has_finite_gradients_where_every_unit_is_off():
         assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads)), normalization
 
 
+@pytest.mark.slow  # training and evaluating through the runner (the contract tests cover its parts)
 def test_runs_through_the_leaderboard_with_finite_kls():
     """Two smoke problems, N and M cut to 100 so that it takes seconds."""
     problems = [dataclasses.replace(p, num_test=100, num_samples=100)

@@ -135,6 +135,7 @@ def test_logit_covariance_is_the_laplace_posteriors(tiny):
     np.testing.assert_array_less(np.abs(np.cov(samples, rowvar=False) - cov), 5 * se_cov)
 
 
+@pytest.mark.slow  # training and evaluating through the runner (the contract tests cover its parts)
 def test_runs_through_the_leaderboard_with_finite_kls():
     """Two smoke problems, N and M cut to 100 so that it takes seconds."""
     problems = [dataclasses.replace(p, num_test=100, num_samples=100)

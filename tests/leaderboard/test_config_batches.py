@@ -41,6 +41,7 @@ def test_configs_are_batched_within_groups_that_differ_only_in_floats():
     assert config_batches.group_key("not a dataclass") is None
 
 
+@pytest.mark.slow  # four sweeps' programs (the planner and fallback tests stay quick)
 def test_a_batch_of_configs_gives_each_config_its_own_numbers(tmp_path, caplog):
     """Each config's rows from one vmapped program equal its rows run alone, with the
     same keys: the programs differ only in float32 rounding (the floats are traced

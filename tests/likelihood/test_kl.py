@@ -88,8 +88,8 @@ def _spread_ratio(evaluate, tau, num_test):
 
 
 @pytest.mark.usefixtures("optimised_compiles")  # 12 evaluations at N = M = 300: running, not compiling
-# tau = 1 is slow: shared draws showed their error at tau = 100, which stays in the quick loop.
-@pytest.mark.parametrize("tau", [pytest.param(1, marks=pytest.mark.slow), 100])
+@pytest.mark.slow  # 12 evaluations at N = M = 300, at each tau
+@pytest.mark.parametrize("tau", [1, 100])
 def test_reported_stderr_matches_the_spread_of_repeated_evaluations(tau):
     """A fixed 100-member mixture evaluated with 12 keys: the spread of the estimates is
     what kl_stderr says. With one set of belief samples for all test samples it was 2.3x
