@@ -726,7 +726,7 @@ def _with_published(rows: list[dict[str, Any]], problems: Mapping[str, Any],
                                       problems)
     used = sorted({r["agent"] for r in extra})
     if used:
-        print(f"note: {', '.join(used)}: the published baseline rows ({published.describe()}): "
+        print(f"note: {', '.join(used)}: the published baseline rows ({published.describe(used, problems)}): "
               "your store has none of these agents on this sweep", file=sys.stderr)
     for note in notes:
         print(f"note: published baselines: {note}", file=sys.stderr)
@@ -903,7 +903,8 @@ def _cmd_reproduce(args) -> int:
         raise ValueError(f"the published rows of {args.agent!r} are of another config than "
                          f"its default today ({default_hash}): they cannot be reproduced here")
     print(f"recomputing {args.agent} (default config) on {len(sample)} problems of the "
-          f"{args.sweep} sweep; published: {published.describe()}", file=sys.stderr)
+          f"{args.sweep} sweep; published: "
+          f"{published.describe([args.agent], [p.problem_id for p in sample])}", file=sys.stderr)
     new = sweep_lib.run_agent(spec.make(spec.default), sample, args.agent,
                               config=spec.default, progress=True)
     by_key = {(r["problem_id"], r["tau"]): r for r in rows if r["estimator"] == "auto"}

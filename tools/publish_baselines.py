@@ -13,6 +13,8 @@ table got.
 Usage:
   PYTHONPATH=. python tools/publish_baselines.py --db baselines.db --compute
   PYTHONPATH=. python tools/publish_baselines.py --db baselines.db   # only repack the table
+  PYTHONPATH=. python tools/publish_baselines.py --db baselines.db --computed-on \
+      "2026-11-27 on an NVIDIA H200, JAX 0.11.2"  # repack after merging another machine's rows
   PYTHONPATH=. python tools/publish_baselines.py --progress            # the README's table
 """
 
@@ -52,12 +54,28 @@ def _computed_on() -> str:
             "by `neural-testbed run --agent A --sweep S` (default configs, agent seed 0)")
 
 
-def pack(db: str, agents, sweeps, out) -> None:
+def pack(db: str, agents, sweeps, out, computed_on: str | None = None) -> None:
+    """Rewrites the table at ``out`` from the store: an (agent, sweep) whose problems are
+    unchanged keeps the provenance it had there; one with new rows is stamped
+    ``computed_on`` (default: this machine, today)."""
     with store.ResultsStore(db, create=False) as results:
         rows = results.rows()
-    table = baselines.build_table(rows, {s: problems.get_sweep(s) for s in sweeps},
-                                  {s: agents_for(s, agents) for s in sweeps},
-                                  neural_testbed.__version__, _computed_on())
+    sweep_problems = {s: problems.get_sweep(s) for s in sweeps}
+    sweep_agents = {s: agents_for(s, agents) for s in sweeps}
+    stamp = computed_on or _computed_on()
+    table = baselines.build_table(rows, sweep_problems, sweep_agents, neural_testbed.__version__,
+                                  stamp)
+    before = {}
+    if os.path.exists(out):
+        old = baselines.load(out)
+        before = {(p["agent"], p["sweep"]): (p["problems"], p.get("computed", old.computed))
+                  for p in old.progress}
+    stamps = {}
+    for p in table["progress"]:
+        done, earlier = before.get((p["agent"], p["sweep"]), (None, None))
+        stamps[p["agent"], p["sweep"]] = earlier if done == p["problems"] else stamp
+    table = baselines.build_table(rows, sweep_problems, sweep_agents, neural_testbed.__version__,
+                                  stamps)
     baselines.write_table(table, out)
     done = ", ".join(f"{p['agent']} {p['problems']}/{p['of']}" for p in table["progress"])
     print(f"wrote {out}: {len(table['rows'])} rows; {done}", flush=True)
@@ -85,6 +103,9 @@ def main() -> None:
                         help="run each agent on each sweep first (resumes a partial store)")
     parser.add_argument("--resume-from-table", action="store_true",
                         help="fill a new --db with the published rows before computing")
+    parser.add_argument("--computed-on", metavar="TEXT",
+                        help="where and when new rows were computed, when not on this machine "
+                             "(e.g. rows merged from a GPU machine's store)")
     parser.add_argument("--progress", action="store_true",
                         help="only print how far the table at --out got, as Markdown")
     args = parser.parse_args()
@@ -105,9 +126,9 @@ def main() -> None:
                 subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run", "--agent",
                                 agent, "--sweep", sweep, "--db", args.db, "--quiet",
                                 "--keep-going"], check=False, stdout=subprocess.DEVNULL)
-                pack(args.db, agents, sweeps, args.out)
+                pack(args.db, agents, sweeps, args.out, args.computed_on)
     else:
-        pack(args.db, agents, sweeps, args.out)
+        pack(args.db, agents, sweeps, args.out, args.computed_on)
 
 
 if __name__ == "__main__":

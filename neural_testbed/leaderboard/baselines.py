@@ -49,14 +49,32 @@ class Published:
     """The published table: its rows (store rows as dicts) and where they came from."""
 
     version: str  # e.g. "baselines v1, neural-testbed 0.1.0"
-    computed: str  # machine, JAX version, dates
+    computed: str  # machine, JAX version, dates (of every part, in one line)
     rows: tuple[dict[str, Any], ...]
     # problem id -> (key_seed, num_test, num_samples, taus): the definition it was computed on
     definitions: Mapping[str, tuple]
-    progress: tuple[dict[str, Any], ...]  # per (agent, sweep): problems done of the sweep's
+    # per (agent, sweep): problems done of the sweep's, and where and when ("computed")
+    progress: tuple[dict[str, Any], ...]
+    sweeps: Mapping[str, frozenset] = dataclasses.field(default_factory=dict)  # sweep -> ids
 
-    def describe(self) -> str:
-        return f"{self.version}; computed {self.computed}"
+    def describe(self, agents: Iterable[str] | None = None,
+                 problem_ids: Iterable[str] | None = None) -> str:
+        """The version, and where ``agents``' rows on ``problem_ids`` (default: all) were
+        computed: parts of the table may come from different machines."""
+        wanted = None if agents is None else set(agents)
+        ids = None if problem_ids is None else set(problem_ids)
+        where: dict[str, list[str]] = {}
+        for p in self.progress:
+            if (p["problems"] and (wanted is None or p["agent"] in wanted)
+                    and (ids is None or p["sweep"] not in self.sweeps
+                         or ids & self.sweeps[p["sweep"]])):
+                names = where.setdefault(p.get("computed", self.computed), [])
+                if p["agent"] not in names:
+                    names.append(p["agent"])
+        if len(where) <= 1:
+            return f"{self.version}; computed {next(iter(where), self.computed)}"
+        return f"{self.version}; computed " + "; ".join(
+            f"{', '.join(names)}: {stamp}" for stamp, names in where.items())
 
 
 def _problem_signature(problem) -> tuple:
@@ -66,10 +84,11 @@ def _problem_signature(problem) -> tuple:
 
 def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[str, Any]],
                 agents: Mapping[str, Sequence[str]], package_version: str,
-                computed: str) -> dict[str, Any]:
+                computed: str | Mapping[tuple[str, str], str]) -> dict[str, Any]:
     """The table of the default-config rows (agent seed 0, estimator "auto") of
     ``agents[sweep]`` on each of ``sweeps`` (name -> problems), with each problem's
-    definition and each (agent, sweep)'s progress."""
+    definition and each (agent, sweep)'s progress and provenance (``computed``: one
+    line for all, or one per (agent, sweep))."""
     problems = {pid: p for sweep in sweeps.values() for pid, p in sweep.items()}
     names = {name for sweep_agents in agents.values() for name in sweep_agents}
     wanted = {name: configs_lib.config_hash(name, registry.get_agent(name).default)
@@ -84,8 +103,9 @@ def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[
         for name in agents[sweep_name]:
             done = {r["problem_id"] for r in kept
                     if r["agent"] == name and r["problem_id"] in sweep}
+            stamp = computed if isinstance(computed, str) else computed[name, sweep_name]
             progress.append({"agent": name, "sweep": sweep_name, "problems": len(done),
-                             "of": len(sweep)})
+                             "of": len(sweep), "computed": stamp})
     for r in kept:  # the scalars `leaderboard --metrics` reads; not the per-bin arrays,
         if r.get("diagnostics"):  # which would make the table 19 times larger
             r["diagnostics"] = json.dumps(
@@ -96,9 +116,11 @@ def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[
     return {
         "format": FORMAT_VERSION,
         "version": f"baselines v{FORMAT_VERSION}, neural-testbed {package_version}",
-        "computed": computed,
+        "computed": (" / ".join(dict.fromkeys(p["computed"] for p in progress if p["problems"]))
+                     or (computed if isinstance(computed, str) else "")),
         "problems": {pid: list(_problem_signature(problems[pid])) for pid in sorted(used)},
         "progress": progress,
+        "sweeps": {name: sorted(sweep) for name, sweep in sweeps.items()},
         "columns": columns,
         "rows": [[r.get(c) for c in columns] for r in sorted(
             kept, key=lambda r: (r["agent"], r["problem_id"], r["tau"]))],
@@ -141,7 +163,8 @@ def _load(path: str, stamp: int | None) -> Published:
     rows = tuple({**dict(zip(columns, values)), **missing} for values in table["rows"])
     return Published(table["version"], table["computed"], rows,
                      {pid: (*sig[:3], tuple(sig[3])) for pid, sig in table["problems"].items()},
-                     tuple(table["progress"]))
+                     tuple(table["progress"]),
+                     {name: frozenset(ids) for name, ids in table.get("sweeps", {}).items()})
 
 
 def rows_for(published: Published, agents: Iterable[str],

@@ -51,6 +51,29 @@ def test_the_table_round_trips_and_says_how_far_it_got(published, mlp_rows):
     assert again.read_bytes() == published.read_bytes()
 
 
+def test_each_part_of_the_table_says_where_it_was_computed(tmp_path, mlp_rows):
+    # mlp's rows from one machine, ensemble's (the same numbers relabelled) from another,
+    # on two sweeps that share no problem: describe names only the machines of the
+    # agents and problems a command uses.
+    ensemble = [{**r, "agent": "ensemble", "config_hash": store.config_hash(
+        "ensemble", agents.get_agent("ensemble").default)} for r in mlp_rows]
+    other = {"other/0": SMOKE[next(iter(SMOKE))]}
+    table = baselines.build_table(
+        mlp_rows + ensemble, {"smoke": SMOKE, "other": other},
+        {"smoke": ["mlp", "ensemble"], "other": ["mlp"]}, "0.1.0",
+        {("mlp", "smoke"): "on a CPU", ("ensemble", "smoke"): "on a GPU",
+         ("mlp", "other"): "on a TPU"})
+    path = tmp_path / "mixed.json.gz"
+    baselines.write_table(table, path)
+    loaded = baselines.load(path)
+    assert loaded.computed == "on a CPU / on a GPU"  # "other" has no rows: not named
+    both = loaded.describe()
+    assert "mlp: on a CPU" in both and "ensemble: on a GPU" in both
+    assert loaded.describe(["ensemble"]).endswith("computed on a GPU")
+    assert loaded.describe(["mlp"], list(SMOKE)).endswith("computed on a CPU")
+    assert "on a TPU" not in loaded.describe(["mlp"], ["other/0"])  # no rows there
+
+
 def test_rows_of_other_configs_and_problem_definitions_are_left_out(mlp_rows):
     other = [{**r, "config_hash": "0" * 16} for r in mlp_rows]  # not mlp's default config
     table = baselines.build_table(mlp_rows + other, {"smoke": SMOKE}, {"smoke": ["mlp"]},

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Every GPU measurement, and as many published baseline rows as fit, in one timed run.
+#
+# Not a test. A lent GPU machine is held for minutes, so one script does all of it:
+# first, alone on the device (timings to report): mlp's `paper` sweep cold and warm
+# (benchmarks/cold_and_warm.py) and mlp's 14-config `smoke` sweep with and without
+# configs batched (benchmarks/config_sweep.py); then, sharing the device, four streams
+# until the deadline:
+#   1. every default agent's `paper` sweep, each `neural-testbed run` timed from a cold
+#      compilation cache (the agents not yet in the published table first): these times
+#      are upper bounds, taken beside the other streams;
+#   2. dropout's config sweep on `quick` and `real-quick`, and mlp's default config there
+#      (Figure 6a's dropout row);
+#   3. and 4. the published baselines not yet computed on `real` and on `regression`.
+# At the deadline the streams are stopped (every row already written stays: each
+# problem batch is its own transaction) and the stores are copied, gzipped, to OUT.
+#
+# Usage (from the repository root, the project on PYTHONPATH, no install needed):
+#   OUT=/tmp/out DEADLINE_S=560 bash benchmarks/gpu_session.sh
+#   OUT=/tmp/out ALONE=0 bash benchmarks/gpu_session.sh     # only the four streams
+# Merge the stores back with `neural-testbed merge` or tools/publish_baselines.py --db.
+set -u
+OUT=${OUT:?set OUT to the folder the logs and stores go to}
+DEADLINE_S=${DEADLINE_S:-560}
+PY=${PYTHON:-python3}
+START=$(date +%s)
+STOP_AT=$((START + DEADLINE_S - 20))  # 20 s to stop the streams and copy the stores
+WORK=$(mktemp -d)
+export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # four processes share one device
+LOG=$OUT/session.log
+say() { echo "[$(( $(date +%s) - START )) s] $*" | tee -a "$LOG"; }
+left() { echo $(( STOP_AT - $(date +%s) )); }
+# `timeout` for what is left before the deadline (at least 1 s).
+until_deadline() { local s; s=$(left); [ "$s" -gt 1 ] || s=1; timeout -k 5 "$s" "$@"; }
+CLI=("$PY" -m neural_testbed.cli)
+
+say "start; $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+"$PY" -c "import jax, sklearn; print('jax', jax.__version__, jax.devices(), \
+'sklearn', sklearn.__version__)" 2>&1 | tee -a "$LOG"
+
+if [ "${ALONE:-1}" != 0 ]; then
+  say "== alone on the device: mlp paper, cold then warm x2"
+  until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 2 2>&1 | tee -a "$LOG"
+  say "== alone on the device: mlp smoke config sweep, --configs-per-batch 1 and 14"
+  until_deadline "$PY" benchmarks/config_sweep.py --batches 1,14 2>&1 | tee -a "$LOG"
+fi
+
+say "== shared: four streams until the deadline"
+paper_stream() {
+  for agent in ensemble+ dropout epinet bbb hypermodel sgmcmc mlp ensemble laplace \
+               deep_kernel knn random_forest; do
+    local t0=$(date +%s%N)
+    NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$agent" until_deadline "${CLI[@]}" run --agent "$agent" \
+      --sweep paper --db "$WORK/paper.db" --quiet --keep-going > "$WORK/paper-$agent.out" 2>&1
+    local rc=$?
+    say "paper $agent rc=$rc $(( ($(date +%s%N) - t0) / 1000000 )) ms" \
+        "$(grep -h 'compil' "$WORK/paper-$agent.out" | tail -1)"
+    [ "$(left)" -gt 2 ] || break
+  done
+}
+fig6_stream() {  # mlp's default config is what correlate divides by
+  for job in "run mlp quick" "run mlp real-quick" "sweep dropout quick" \
+             "sweep dropout real-quick"; do
+    set -- $job
+    local t0=$(date +%s%N)
+    NEURAL_TESTBED_CACHE_DIR="$WORK/cache-fig6" until_deadline "${CLI[@]}" "$1" --agent "$2" \
+      --sweep "$3" --db "$WORK/fig6.db" --quiet --keep-going > "$WORK/fig6-$2-$3.out" 2>&1
+    say "fig6 $job rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  done
+}
+rest_stream() {  # $1: the sweep; the agents not yet in the published table
+  NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$1" until_deadline "$PY" tools/publish_baselines.py \
+    --db "$WORK/$1.db" --compute --sweeps "$1" --out "$WORK/$1.json.gz" --agents "$2" \
+    > "$WORK/$1.out" 2>&1
+}
+paper_stream & fig6_stream &
+rest_stream real ensemble,laplace,deep_kernel,random_forest,ensemble+,dropout,epinet,bbb,hypermodel,sgmcmc &
+rest_stream regression mlp,ensemble,oracle_gp,gp,cnp,ensemble+,dropout,epinet,bbb,hypermodel,sgmcmc &
+wait
+pkill -f neural_testbed.cli  # a run that publish_baselines started outlives its parent's timeout
+sleep 1
+say "== streams stopped; copying the stores"
+for db in paper fig6 real regression; do
+  [ -f "$WORK/$db.db" ] || continue
+  "$PY" -c "import sqlite3, sys; src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); \
+src.backup(dst); print(sys.argv[1], dst.execute('select count(*) from results').fetchone()[0], 'rows')" \
+    "$WORK/$db.db" "$WORK/$db-copy.db" 2>&1 | tee -a "$LOG"
+  gzip -c "$WORK/$db-copy.db" > "$OUT/$db.db.gz"
+done
+tail -n 3 "$WORK"/*.out >> "$LOG" 2>/dev/null
+say "done"
