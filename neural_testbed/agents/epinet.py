@@ -131,7 +131,7 @@ def num_train_steps(config: EpinetConfig, num_train: int, input_dim: int) -> int
     return config.num_steps
 
 
-def l2_scale(l2_weight_decay: float, num_train: int, input_dim: int) -> float:
+def l2_scale(l2_weight_decay: float, num_train: int | jax.Array, input_dim: int) -> float:
     """The reference's L2 multiplier ``lambda * (d / T)**0.7`` (no temperature factor)."""
     return l2_weight_decay * (input_dim / num_train) ** 0.7
 
@@ -194,7 +194,8 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
     def train(key: jax.Array, data: base.Data,
               prior: base.PriorKnowledge | base.RegressionPriorKnowledge) -> EpinetState:
         base_key, epinet_key, members_key, prior_epinet_key, train_key = jax.random.split(key, 5)
-        num_train, input_dim = data.x.shape
+        num_train = prior.num_train  # T: a traced scalar when the training set is padded
+        input_dim = data.x.shape[1]
         num_classes = training.output_size(prior)  # K; 1 on regression
         feature_dim = input_dim + config.hidden[-1]
         params = _Trained(
@@ -225,9 +226,16 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
 
             return jax.vmap(index_loss)(zs).mean()
 
-        steps = num_train_steps(config, num_train, input_dim)
+        # As many steps as the (padded) training set's size asks for; a padded problem
+        # whose own T asks for fewer stops updating after its own count.
+        steps = num_train_steps(config, data.x.shape[0], input_dim)
+        active = None
+        if not isinstance(num_train, int) and steps != config.num_steps:
+            active = jnp.where(num_train / input_dim > config.large_data_ratio, steps,
+                               config.num_steps)
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, data, optimizer, steps, config.batch_size)
+            train_key, loss_fn, params, data, optimizer, steps, config.batch_size, num_train,
+            active)
         return fixed._replace(base=params.base, epinet=params.epinet)
 
     def apply(state: EpinetState, x: jax.Array, z: jax.Array) -> jax.Array:
@@ -237,6 +245,7 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
     return base.Agent(
         train=train,
         enn=base.ENN(apply, lambda key: sample_index(key, index_dim), num_indices=None),
+        accepts_padding=True,
     )
 
 

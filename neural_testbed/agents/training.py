@@ -101,6 +101,7 @@ def train_minibatch(
     num_steps: int,
     batch_size: int,
     num_train: int | jax.Array | None = None,
+    num_active_steps: jax.Array | None = None,
 ) -> tuple[Params, jax.Array]:
     """Runs ``num_steps`` optimizer steps on minibatches drawn with replacement.
 
@@ -113,6 +114,9 @@ def train_minibatch(
     ``num_train``: indices are drawn from the first ``num_train`` rows (the
     training pairs of padded data, ``prior.num_train``; the same draws as
     unpadded); ``None``: from every row.
+    ``num_active_steps``: a traced count of steps that update the parameters (the
+    rest leave them as they are), for an agent whose number of steps depends on a
+    padded problem's own T; ``None``: every step.
 
     Returns:
       The trained parameters and the loss at each step, ``[num_steps]``.
@@ -120,17 +124,23 @@ def train_minibatch(
     if num_train is None:
         num_train = data.x.shape[0]
 
-    def step(carry, step_key):
+    def step(carry, xs):
+        index, step_key = xs
         params, opt_state = carry
         batch_key, loss_key = jax.random.split(step_key)
         idx = jax.random.randint(batch_key, (batch_size,), 0, num_train)
         batch = base.Data(x=data.x[idx], y=data.y[idx])
         loss, grads = jax.value_and_grad(loss_fn, argnums=1)(loss_key, params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
+        updated = (optax.apply_updates(params, updates), opt_state)
+        if num_active_steps is not None:
+            updated = jax.tree.map(lambda new, old: jnp.where(index < num_active_steps, new, old),
+                                   updated, carry)
+        return updated, loss
 
     (params, _), losses = jax.lax.scan(
-        step, (params, optimizer.init(params)), jax.random.split(key, num_steps)
+        step, (params, optimizer.init(params)),
+        (jnp.arange(num_steps), jax.random.split(key, num_steps)),
     )
     return params, losses
 
