@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from neural_testbed import base, networks
@@ -56,7 +57,7 @@ __all__ = ["SGMCMCConfig", "make_sgmcmc_agent", "run_chain", "sgld", "sgmcmc_swe
 
 Params = Any
 # (params, batch) -> the mean negative log-likelihood of the batch's pairs.
-MeanLossFn = Callable[[Params, base.Data], jax.Array]
+MeanLossFn = Callable[..., jax.Array]  # (params, batch[, weights]) -> mean loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +171,7 @@ def run_chain(
     burn_in: int,
     snapshot_every: int,
     batch_size: int,
+    num_train: jax.Array | None = None,
 ) -> Params:
     """Runs an SG-MCMC chain and returns its snapshots after burn-in.
 
@@ -181,29 +183,44 @@ def run_chain(
 
     Args:
       key: PRNG key of the minibatches.
-      loss_fn: ``(params, batch) -> mean loss`` over the batch's pairs.
+      loss_fn: ``(params, batch) -> mean loss`` over the batch's pairs (with
+        ``num_train``: ``(params, batch, weights) -> weighted mean loss``).
       params: the chain's starting point.
       data: the T training pairs.
       optimizer: e.g. ``chain(add_decayed_weights(2 * l2), sgld(...))``.
       num_steps, burn_in, snapshot_every: multiples of ``snapshot_every``,
         ``burn_in < num_steps``.
       batch_size: pairs per step.
+      num_train: for a padded training set, T as a traced scalar (only the first T
+        rows are pairs); ``loss_fn`` then takes a third argument, per-pair weights
+        ``[n]``, and returns their weighted mean. ``None``: every row is a pair.
 
     Returns:
       The snapshots: ``params``' tree, each leaf with a leading
       ``[(num_steps - burn_in) / snapshot_every]`` axis.
     """
     _check_chain_lengths(num_steps, burn_in, snapshot_every)
-    num_train = data.x.shape[0]
+    rows = data.x.shape[0]
+
+    def gradient(params, step_key):
+        if num_train is None:  # T is the number of rows: a static choice
+            if rows <= batch_size:
+                return jax.grad(loss_fn)(params, data)
+            idx = jax.random.randint(step_key, (batch_size,), 0, rows)
+            return jax.grad(loss_fn)(params, base.Data(x=data.x[idx], y=data.y[idx]))
+        # Padded: the first min(rows, batch_size) rows, weighted 1 where they are pairs,
+        # when T <= batch_size (all T pairs: the exact gradient), else a minibatch drawn
+        # from the first T rows; one gradient of one shape either way.
+        size = min(rows, batch_size)
+        full = num_train <= batch_size
+        drawn = jax.random.randint(step_key, (size,), 0, num_train)
+        idx = jnp.where(full, jnp.arange(size), drawn)
+        weights = jnp.where(full, (jnp.arange(size) < num_train).astype(data.x.dtype), 1.0)
+        return jax.grad(loss_fn)(params, base.Data(x=data.x[idx], y=data.y[idx]), weights)
 
     def step(carry, step_key):
         params, opt_state = carry
-        if num_train <= batch_size:
-            batch = data
-        else:
-            idx = jax.random.randint(step_key, (batch_size,), 0, num_train)
-            batch = base.Data(x=data.x[idx], y=data.y[idx])
-        grads = jax.grad(loss_fn)(params, batch)
+        grads = gradient(params, step_key)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), None
 
@@ -251,14 +268,16 @@ def make_sgmcmc_agent(config: SGMCMCConfig = SGMCMCConfig()) -> base.Agent:
             sgld(noise_key, config.learning_rate, prior.num_train, config.momentum),
         )
 
-        def loss_fn(params, batch):
-            outputs = networks.apply_mlp(params, batch.x)
-            return training.data_loss(outputs, batch.y, prior).mean()
+        def loss_fn(params, batch, weights=None):
+            losses = training.data_loss(networks.apply_mlp(params, batch.x), batch.y, prior)
+            return losses.mean() if weights is None else (weights @ losses) / weights.sum()
 
+        padded = not isinstance(prior.num_train, int)  # a traced T: the rows are padded
         return run_chain(
             chain_key, loss_fn, params, data, optimizer,
             num_steps=config.num_steps, burn_in=config.burn_in,
             snapshot_every=config.snapshot_every, batch_size=config.batch_size,
+            num_train=prior.num_train if padded else None,
         )  # leaves [num_snapshots, ...]
 
     def apply(snapshots, x, index):
@@ -267,7 +286,8 @@ def make_sgmcmc_agent(config: SGMCMCConfig = SGMCMCConfig()) -> base.Agent:
     def sample_index(key):
         return jax.random.randint(key, (), 0, num_snapshots)
 
-    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=num_snapshots))
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=num_snapshots),
+                      accepts_padding=True)
 
 
 def sgmcmc_sweep() -> tuple[SGMCMCConfig, ...]:

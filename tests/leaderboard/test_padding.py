@@ -85,12 +85,17 @@ def test_padding_changes_no_number_and_trains_every_T_with_one_program():
     # runs 40 steps and this problem's state stops changing after its own 20.
     agents.make_epinet_agent(agents.EpinetConfig(num_steps=20, large_data_ratio=10.0,
                                                  large_data_steps_factor=2)),
+    # T = 10 <= the batch size: the exact gradient over its 10 pairs, as the first rows of
+    # the padded set weighted; and a batch of 5 < T: minibatches from the first T rows.
+    agents.make_sgmcmc_agent(agents.SGMCMCConfig(num_steps=20, burn_in=10, snapshot_every=5)),
+    agents.make_sgmcmc_agent(agents.SGMCMCConfig(num_steps=20, burn_in=10, snapshot_every=5,
+                                                 batch_size=5)),
     pytest.param(agents.make_laplace_agent(agents.LaplaceConfig(num_steps=20)),
                  marks=pytest.mark.slow),  # laplace and deep_kernel: an mlp's training and more
     pytest.param(agents.make_deep_kernel_agent(agents.DeepKernelConfig(num_steps=20)),
                  marks=pytest.mark.slow),
 ], ids=["ensemble", "dropout", "bbb", "hypermodel", "ensemble+", "epinet", "epinet_longer_padded",
-        "laplace", "deep_kernel"])
+        "sgmcmc_full_batch", "sgmcmc_minibatch", "laplace", "deep_kernel"])
 def test_agents_that_accept_padding_train_the_same_state_on_padded_data(agent):
     """The contract of ``accepts_padding``: with rows beyond a traced ``prior.num_train``
     the trained state is the one trained on the T pairs alone (mlp's whole run is
