@@ -53,8 +53,9 @@ class KnnConfig:
 class KnnState(NamedTuple):
     """The training set, kept whole."""
 
-    x: jax.Array  # [T, d] training inputs
-    labels: jax.Array  # [T, K] one-hot training labels
+    x: jax.Array  # [rows, d] training inputs
+    labels: jax.Array  # [rows, K] one-hot training labels
+    pairs: jax.Array  # [rows] bool: the row is a training pair (False: padding)
 
 
 def truncated_logits(probs: jax.Array, low: float = 0.01, high: float = 0.99) -> jax.Array:
@@ -73,12 +74,16 @@ def make_knn_agent(config: KnnConfig = KnnConfig()) -> base.Agent:
 
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> KnnState:
         del key  # nothing random, nothing to fit
-        return KnnState(x=data.x, labels=jax.nn.one_hot(data.y, prior.num_classes))
+        pairs = jnp.arange(data.x.shape[0]) < prior.num_train  # all rows unless padded
+        return KnnState(x=data.x, labels=jax.nn.one_hot(data.y, prior.num_classes), pairs=pairs)
 
     def class_probs(state: KnnState, x: jax.Array) -> jax.Array:
         """``x [n, d]`` -> ``[n, K]``: the (weighted) class frequencies among the neighbours."""
-        k = min(config.num_neighbors, state.x.shape[0])  # static: T is a shape
-        sq_dist = jnp.sum((x[:, None, :] - state.x[None, :, :]) ** 2, axis=-1)  # [n, T]
+        # Static: the rows are a shape. With padding, a padding row is infinitely far and
+        # casts no vote, so when T < k the extra neighbours count for nothing.
+        k = min(config.num_neighbors, state.x.shape[0])
+        sq_dist = jnp.sum((x[:, None, :] - state.x[None, :, :]) ** 2, axis=-1)  # [n, rows]
+        sq_dist = jnp.where(state.pairs, sq_dist, jnp.inf)
         neg_sq, nearest = jax.lax.top_k(-sq_dist, k)  # [n, k]
         if config.weighting == "uniform":
             votes = jnp.ones_like(neg_sq)
@@ -86,6 +91,7 @@ def make_knn_agent(config: KnnConfig = KnnConfig()) -> base.Agent:
             dist = jnp.sqrt(jnp.maximum(-neg_sq, 0.0))
             exact = dist == 0
             votes = jnp.where(exact.any(axis=-1, keepdims=True), exact, 1.0 / dist)
+        votes = jnp.where(state.pairs[nearest], votes, 0.0)
         counts = jnp.einsum("nk,nkc->nc", votes, state.labels[nearest])
         return counts / counts.sum(axis=-1, keepdims=True)
 
@@ -103,7 +109,8 @@ def make_knn_agent(config: KnnConfig = KnnConfig()) -> base.Agent:
         del key
         return jnp.zeros((), jnp.int32)
 
-    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=1))
+    return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=1),
+                      accepts_padding=True)
 
 
 def knn_sweep() -> tuple[KnnConfig, ...]:

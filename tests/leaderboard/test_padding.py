@@ -124,14 +124,27 @@ def test_ensemble_plus_configs_that_draw_per_row_do_not_accept_padding():
     assert not make(config(prior_function="vae")).accepts_padding
 
 
-def test_an_agent_that_does_not_accept_padding_gets_its_exact_training_set():
-    """knn looks at every training row, so it is not padded."""
-    knn = agents.make_knn_agent(agents.KnnConfig())
-    assert not knn.accepts_padding
-    agent, traces = _recording(knn)
-    rows = leaderboard.run_agent(agent, _small(PIDS[:2]), "knn", progress=False)
-    assert traces == [(1, True), (10, True)]
-    assert all(r.status == "ok" for r in rows)
+@pytest.mark.parametrize("config", [
+    agents.KnnConfig(5, "uniform"), agents.KnnConfig(5, "distance"),
+    agents.KnnConfig(30, "uniform"), agents.KnnConfig(30, "distance"),  # more than T = 10
+])
+def test_knn_padded_votes_as_on_its_own_pairs(config):
+    """knn keeps every row, so its state grows with the padding; what it predicts does
+    not: padding rows are never neighbours that vote, also when k exceeds T."""
+    knn = agents.make_knn_agent(config)
+    assert knn.accepts_padding
+    problem = _small([PIDS[1]])[0]  # T = 10
+    padded = base.build_instance(problem, dataclasses.replace(problem, num_train=100))
+    plain = problem.instance()
+    x = jax.random.normal(jax.random.key(1), (50, plain.data.x.shape[1]))
+    expected = knn.enn.apply(knn.train(jax.random.key(0), plain.data, plain.prior), x, 0)
+
+    def predict_padded(data, prior, num_train):
+        state = knn.train(jax.random.key(0), data, prior.replace(num_train=num_train))
+        return knn.enn.apply(state, x, 0)
+
+    got = jax.jit(predict_padded)(padded.data, padded.prior, np.int32(problem.num_train))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_a_sweep_pads_each_problem_to_its_padding_groups_largest_T():
