@@ -81,7 +81,9 @@ paper_stream & fig6_stream &
 rest_stream real ensemble+,dropout,epinet,bbb,hypermodel,sgmcmc &
 rest_stream regression gp,cnp,ensemble+,dropout,epinet,bbb,hypermodel,sgmcmc &
 wait
-pkill -f neural_testbed.cli  # a run that publish_baselines started outlives its parent's timeout
+# A run that publish_baselines started outlives its parent's timeout: stop the runs
+# of this session alone (their stores are under WORK), nothing else on the machine.
+pkill -f -- "--db $WORK/"
 sleep 1
 say "== streams stopped; copying the stores"
 for db in paper fig6 real regression; do
