@@ -726,7 +726,8 @@ def _with_published(rows: list[dict[str, Any]], problems: Mapping[str, Any],
                                       problems)
     used = sorted({r["agent"] for r in extra})
     if used:
-        print(f"note: {', '.join(used)}: the published baseline rows ({published.describe(used, problems)}): "
+        where = published.describe(used, problems)
+        print(f"note: {', '.join(used)}: the published baseline rows ({where}): "
               "your store has none of these agents on this sweep", file=sys.stderr)
     for note in notes:
         print(f"note: published baselines: {note}", file=sys.stderr)
