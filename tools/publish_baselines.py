@@ -63,19 +63,18 @@ def pack(db: str, agents, sweeps, out, computed_on: str | None = None) -> None:
     sweep_problems = {s: problems.get_sweep(s) for s in sweeps}
     sweep_agents = {s: agents_for(s, agents) for s in sweeps}
     stamp = computed_on or _computed_on()
-    table = baselines.build_table(rows, sweep_problems, sweep_agents, neural_testbed.__version__,
-                                  stamp)
     before = {}
     if os.path.exists(out):
         old = baselines.load(out)
         before = {(p["agent"], p["sweep"]): (p["problems"], p.get("computed", old.computed))
                   for p in old.progress}
-    stamps = {}
-    for p in table["progress"]:
-        done, earlier = before.get((p["agent"], p["sweep"]), (None, None))
-        stamps[p["agent"], p["sweep"]] = earlier if done == p["problems"] else stamp
+
+    def provenance(agent: str, sweep: str, done: int) -> str:
+        problems_before, earlier = before.get((agent, sweep), (None, None))
+        return earlier if problems_before == done else stamp
+
     table = baselines.build_table(rows, sweep_problems, sweep_agents, neural_testbed.__version__,
-                                  stamps)
+                                  provenance)
     baselines.write_table(table, out)
     done = ", ".join(f"{p['agent']} {p['problems']}/{p['of']}" for p in table["progress"])
     print(f"wrote {out}: {len(table['rows'])} rows; {done}", flush=True)

@@ -20,7 +20,7 @@ import math
 import os
 import pathlib
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from neural_testbed.agents import registry
@@ -84,11 +84,11 @@ def _problem_signature(problem) -> tuple:
 
 def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[str, Any]],
                 agents: Mapping[str, Sequence[str]], package_version: str,
-                computed: str | Mapping[tuple[str, str], str]) -> dict[str, Any]:
+                computed: str | Callable[[str, str, int], str]) -> dict[str, Any]:
     """The table of the default-config rows (agent seed 0, estimator "auto") of
     ``agents[sweep]`` on each of ``sweeps`` (name -> problems), with each problem's
     definition and each (agent, sweep)'s progress and provenance (``computed``: one
-    line for all, or one per (agent, sweep))."""
+    line for all, or a function of (agent, sweep, problems done))."""
     problems = {pid: p for sweep in sweeps.values() for pid, p in sweep.items()}
     names = {name for sweep_agents in agents.values() for name in sweep_agents}
     wanted = {name: configs_lib.config_hash(name, registry.get_agent(name).default)
@@ -103,7 +103,8 @@ def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[
         for name in agents[sweep_name]:
             done = {r["problem_id"] for r in kept
                     if r["agent"] == name and r["problem_id"] in sweep}
-            stamp = computed if isinstance(computed, str) else computed[name, sweep_name]
+            stamp = (computed if isinstance(computed, str)
+                     else computed(name, sweep_name, len(done)))
             progress.append({"agent": name, "sweep": sweep_name, "problems": len(done),
                              "of": len(sweep), "computed": stamp})
     for r in kept:  # the scalars `leaderboard --metrics` reads; not the per-bin arrays,
