@@ -113,12 +113,24 @@ def _predict_all(params, x, y, num_context):
         cnp.CNPState(params, base.Data(x[:num_context], y[:num_context])), x))(x, y)
 
 
-@pytest.mark.slow  # a long meta-training run
-def test_meta_training_lowers_the_held_out_negative_log_likelihood():
-    """500 steps; then on 300 held-out functions, 5 context pairs, 30 targets: the mean
-    per-function NLL of the targets under the meta-trained CNP is below the untrained one's
-    by more than 4 standard errors of the paired differences (seeds fixed)."""
-    params, untrained = _meta_train(cnp.CNPConfig(num_steps=500, num_targets=10))
+@pytest.fixture(scope="module")
+def default_meta_trained():
+    """The default CNP meta-trained on PRIOR_1D and its untrained start, for both tests
+    below: 10000 steps, so compiled with XLA's optimisations on (running, not compiling)."""
+    before = jax.config.values["jax_disable_most_optimizations"]
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        return _meta_train(cnp.CNPConfig())
+    finally:
+        jax.config.update("jax_disable_most_optimizations", before)
+
+
+@pytest.mark.slow  # the default's meta-training
+def test_meta_training_lowers_the_held_out_negative_log_likelihood(default_meta_trained):
+    """On 300 held-out functions, 5 context pairs, 30 targets: the mean per-function NLL of
+    the targets under the meta-trained CNP is below the untrained one's by more than 4
+    standard errors of the paired differences (seeds fixed)."""
+    params, untrained = default_meta_trained
     x, y = _held_out_functions(jax.random.key(11), 300, 35)
 
     def nll(params):
@@ -132,9 +144,8 @@ def test_meta_training_lowers_the_held_out_negative_log_likelihood():
     assert differences.mean() > 4 * stderr, (differences.mean(), stderr)
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("optimised_compiles")  # 10000 training steps: running, not compiling
-def test_self_certainty_falls_as_the_context_grows():
+@pytest.mark.slow  # the default's meta-training
+def test_self_certainty_falls_as_the_context_grows(default_meta_trained):
     """The default CNP on the 1-d prior. Grover et al.'s self-certainty at the observed
     inputs, as a mean over them: (sqrt(var_f + noise) - sqrt(noise))^2, the predictive
     standard deviation of y against the noise's. Over 3000 held-out functions whose
@@ -142,7 +153,7 @@ def test_self_certainty_falls_as_the_context_grows():
     it falls from each T to the next by more than 4 standard errors of the paired
     differences (seeds fixed). Not everywhere between: from 5 to 10 pairs it rises a little
     (by about 3.5 standard errors); after 4000 steps it was flat from 3 to 10."""
-    params, _ = _meta_train(cnp.CNPConfig())
+    params, _ = default_meta_trained
     x, y = _held_out_functions(jax.random.key(12), 3000, 10)
     certainty = {}
     for t in (1, 3, 10):
