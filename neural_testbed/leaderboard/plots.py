@@ -91,6 +91,14 @@ def _colours(agents: Iterable[str], baseline: str | None = None) -> dict[str, An
     return colours
 
 
+class _PlainLogFormatter(ticker.LogFormatter):
+    """A log axis labelled where :class:`~matplotlib.ticker.LogFormatter` would label it,
+    in plain numbers ("0.3", "20"): it writes "3e-01" below 1, which overlaps its neighbours."""
+
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
 def _finite(value: Any) -> bool:
     try:
         return math.isfinite(value)
@@ -310,9 +318,9 @@ def figure_testbed_vs_real(
     if all(v > 0 for r in records for v in (*r["synthetic_scores"], *r["real_scores"])):
         ax.set_xscale("log")
         ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):  # plain numbers ("2", "0.5"), not "2 x 10^0"
-            axis.set_major_formatter(ticker.LogFormatter())
-            axis.set_minor_formatter(ticker.LogFormatter(minor_thresholds=(2, 0.5)))
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(_PlainLogFormatter())
+            axis.set_minor_formatter(_PlainLogFormatter(minor_thresholds=(2, 0.5)))
     ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
     ax.set_xlabel(f"testbed score (d_KL / {baseline}'s default, mean over taus and problems)")

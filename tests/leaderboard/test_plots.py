@@ -169,3 +169,18 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
     with pytest.raises(ValueError, match="no problem has ok rows of both ensemble\\+ and mlp"):
         plots.figure_prior_functions([r for r in rows if r["agent"] != "mlp"], real,
                                      tmp_path / "none.png")
+
+
+def test_log_axes_are_labelled_in_plain_numbers_below_one():
+    """Figure 6b's log axes: ticks at 0.3 ... 40 read "0.3", "1", "20", never "3e-01"."""
+    figure = plots.new_figure((7, 6))
+    ax = figure.subplots()
+    ax.set_xscale("log")
+    ax.set_xlim(0.25, 45)
+    ax.xaxis.set_major_formatter(plots._PlainLogFormatter())
+    ax.xaxis.set_minor_formatter(plots._PlainLogFormatter(minor_thresholds=(2, 0.5)))
+    figure.canvas.draw()
+    labels = [t.get_text() for minor in (False, True)
+              for t in ax.xaxis.get_ticklabels(minor=minor) if t.get_text()]
+    assert {"0.3", "1", "10", "20"} <= set(labels), labels
+    assert not any("e" in label for label in labels), labels
