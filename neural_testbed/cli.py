@@ -17,6 +17,7 @@ from typing import Any
 from neural_testbed import active, base, compilation_cache, generative, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
+from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import baselines, correlation, probing
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring, studies
@@ -458,7 +459,15 @@ def _sweep_problems(args) -> Mapping[str, Any]:
         problems = problems_lib.get_sweep(args.sweep)
     if taus:
         problems = {pid: dataclasses.replace(p, taus=taus) for pid, p in problems.items()}
+    _remember_datasets(args, problems)
     return problems
+
+
+def _remember_datasets(args, problems: Mapping[str, Any]) -> None:
+    """Keeps the built-in datasets among ``problems`` on ``args``: a command that succeeds
+    ends by saying which of them stand in for the paper's (:func:`main`)."""
+    names = {getattr(p, "dataset", None) for p in problems.values()} & set(datasets.BUILT_IN)
+    args.built_in_datasets = getattr(args, "built_in_datasets", set()) | names
 
 
 def _parse_taus(text: str) -> tuple[int, ...]:
@@ -937,6 +946,7 @@ def _cmd_plot(args) -> int:
     records = None
     if args.real_sweep:  # computed before any figure is drawn: a bad pairing is one line
         real = problems_lib.get_sweep(args.real_sweep)
+        _remember_datasets(args, real)
         on_both = ({r["agent"] for r in rows if r["problem_id"] in problems}
                    & {r["agent"] for r in rows if r["problem_id"] in real})
         if not on_both:
@@ -969,6 +979,7 @@ def _cmd_correlate(args) -> int:
     agents = list(dict.fromkeys(args.agent))
     synthetic = problems_lib.get_sweep(args.synthetic_sweep)
     real = problems_lib.get_sweep(args.real_sweep)
+    _remember_datasets(args, real)
     rows = _stored_rows(args)
     for name in agents:
         _check_agent_in_store(name, rows, args.db, "--agent")
@@ -1244,7 +1255,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         plugins.load_entry_points()
         for module in args.imports:
             plugins.import_agent_module(module)
-        return _COMMANDS[args.command](args)
+        status = _COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, so that a closed pipe is met below, not at shutdown
+        # Results on wine or digits are never to be read as the paper's datasets'.
+        for note in datasets.stand_in_notes(getattr(args, "built_in_datasets", ())):
+            print(f"note: {note}", file=sys.stderr)
+        return status
+    except BrokenPipeError:  # output piped into a reader that stopped (`| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return 141  # as a shell reports a process ended by SIGPIPE
     except (ValueError, TypeError, store_lib.StoreError) as error:
         print(f"neural-testbed: error: {error}", file=sys.stderr)
         return 2

@@ -4,9 +4,11 @@ import contextlib
 import csv
 import dataclasses
 import os
+import pathlib
 import shutil
 import sqlite3
 import subprocess
+import sys
 
 import pytest
 
@@ -398,3 +400,17 @@ def test_leaderboard_adds_diagnostics_columns_and_names_bad_ones(store, capsys):
     assert cli.main(["leaderboard", "--db", str(store), "--sweep", "smoke", "--metrics",
                      "bogus"]) == 2
     _one_error_line(capsys, "unknown --metrics bogus; allowed: ece, accuracy, aud, aleatoric")
+
+
+@pytest.mark.parametrize("sweep", ["paper", "smoke"])  # output beyond / within one buffer
+def test_output_piped_into_a_reader_that_stopped_ends_quietly_with_141(sweep):
+    """`neural-testbed problems --sweep paper | head -1`: the reader closes the pipe, and
+    the command ends with the status a shell gives SIGPIPE, without a traceback."""
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
+    env.pop("PYTHONUNBUFFERED", None)  # a pipe's output is buffered, as on most machines
+    proc = subprocess.Popen([sys.executable, "-m", "neural_testbed.cli", "problems", "--sweep",
+                             sweep], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # before the command (still importing) has written anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == "", err

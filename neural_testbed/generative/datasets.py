@@ -20,11 +20,13 @@ import functools
 import hashlib
 import os
 import pathlib
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Dataset", "BUILT_IN", "STAND_INS", "load_dataset", "load_file"]
+__all__ = ["Dataset", "BUILT_IN", "STAND_INS", "load_dataset", "load_file",
+           "stand_in_notes"]
 
 # name -> scikit-learn loader function name
 BUILT_IN = {
@@ -33,13 +35,20 @@ BUILT_IN = {
     "breast_cancer": "load_breast_cancer",
     "digits": "load_digits",
 }
-# What a built-in dataset stands in for, wherever its results are shown.
+# The paper's dataset a built-in one stands in for (itself, as scikit-learn ships it),
+# said wherever its results are shown.
 STAND_INS = {
-    "wine": "scikit-learn's wine (3 cultivars, 13 features) stands in for the paper's "
-            "wine quality",
-    "digits": "scikit-learn's 8x8 digits stands in for the paper's MNIST",
+    "wine": ("wine quality", "scikit-learn's wine (3 cultivars, 13 features)"),
+    "digits": ("MNIST", "scikit-learn's 8x8 digits"),
 }
 TEST_FRACTION = 0.2  # of a dataset without a canonical split
+
+
+def stand_in_notes(names: Iterable[str]) -> list[str]:
+    """One sentence per built-in dataset among ``names`` that stands in for another of the
+    paper's (its results are not the paper's numbers for that dataset)."""
+    return [f"{STAND_INS[n][1]} stands in for the paper's {STAND_INS[n][0]}"
+            for n in sorted(set(names)) if n in STAND_INS]
 
 
 class Dataset(NamedTuple):

@@ -36,6 +36,7 @@ import numpy as np
 
 from neural_testbed import base, generative
 from neural_testbed.agents import registry
+from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring
@@ -108,9 +109,11 @@ def _finite(value: Any) -> bool:
 
 def _temperature_title(temperature: float | str | tuple) -> str:
     """A panel's title: its temperature, its dataset on real data (stratum (dataset, T)),
-    or its input dimension and noise variance on regression (stratum ((d, noise), T))."""
+    or its input dimension and noise variance on regression (stratum ((d, noise), T)).
+    A built-in dataset that stands in for one of the paper's says which."""
     if isinstance(temperature, str):
-        return temperature
+        paper = datasets.STAND_INS.get(temperature)
+        return f"{temperature} (for {paper[0]})" if paper else temperature
     if isinstance(temperature, tuple):
         input_dim, noise_variance = temperature
         return f"d = {input_dim}, noise variance {noise_variance:g}"

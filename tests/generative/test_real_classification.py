@@ -186,3 +186,22 @@ def test_a_csv_with_a_label_column_is_split_80_20_with_a_fixed_seed(tmp_path):
     problems = generative.file_problems(path, "label")
     assert sorted({p.num_train for p in problems.values()}) == [1, 10, 40]
     assert dataclasses.replace(problems["d.csv/0"]).stratum == ("d.csv", 1)
+
+
+def test_results_on_stand_in_datasets_say_what_they_stand_in_for(tmp_path, capsys):
+    """wine and digits stand in for the paper's wine quality and MNIST: commands showing
+    their problems say so on stderr, and so do figure panels; other data gets no note."""
+    status, out = _cli(["problems", "--sweep", "real-quick"], capsys)
+    assert status == 0
+    assert out.err.splitlines() == [
+        "note: scikit-learn's 8x8 digits stands in for the paper's MNIST",
+        "note: scikit-learn's wine (3 cultivars, 13 features) stands in for the paper's "
+        "wine quality"]
+    path = tmp_path / "digits.npz"  # a user's file is never taken for the built-in one
+    np.savez(path, x_train=[[0.0], [1.0]], y_train=[0, 1], x_test=[[0.5]], y_test=[1])
+    for args in (["--sweep", "quick"], ["--dataset", str(path)]):
+        status, out = _cli(["problems", *args], capsys)
+        assert status == 0 and out.err == "", out.err
+    plots = pytest.importorskip("neural_testbed.leaderboard.plots")
+    assert [plots._temperature_title(name) for name in ("digits", "wine", "iris")] == [
+        "digits (for MNIST)", "wine (for wine quality)", "iris"]
