@@ -18,7 +18,7 @@ from neural_testbed import active, base, compilation_cache, generative, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.generative import datasets
-from neural_testbed.leaderboard import baselines, correlation, probing
+from neural_testbed.leaderboard import baselines, correlation, executors, probing
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import scoring, studies
 from neural_testbed.leaderboard import store as store_lib
@@ -86,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     scale.add_argument("--workers", type=int, default=1, metavar="N",
                        help="local worker processes (default: 1, this process); with "
                             "--backend ray, the CPUs of the local Ray cluster")
+    scale.add_argument("--units-at-once", type=int, default=None, metavar="N",
+                       help="work units computed at the same time in this process (default: "
+                            "2 on a CPU of 2 or more cores, where one unit keeps about one "
+                            "core busy; 1 on a GPU). Each needs its own memory: 1 saves it")
     scale.add_argument("--backend", default="local", choices=["local", "ray"],
                        help="local (default), or ray: run work units as Ray tasks "
                             "(pip install 'neural-testbed[ray]')")
@@ -249,7 +253,8 @@ def _parser() -> argparse.ArgumentParser:
                                "then in the paper sweep)")
     diagnose.add_argument("--out", default="neural_testbed_diagnostics", metavar="DIR",
                           help="directory for the PNG files (default: ./neural_testbed_diagnostics)")
-    diagnose.set_defaults(workers=1, backend="local", address=None, shard=None)  # one problem
+    diagnose.set_defaults(workers=1, backend="local", address=None, shard=None,
+                          units_at_once=1)  # one problem
 
     correlate = commands.add_parser(
         "correlate", parents=[common, db, fmt],
@@ -504,10 +509,15 @@ def _compute(args, configs: Sequence[Any], announce: str,
     command's sweep) into the store."""
     problems = list(_sweep_problems(args).values()) if problems is None else list(problems)
     configs_per_batch = getattr(args, "configs_per_batch", 1)  # `run`: one config, no option
+    units_at_once = args.units_at_once
     sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
                             workers=args.workers, backend=args.backend, estimator=args.estimator,
-                            configs_per_batch=configs_per_batch)
+                            configs_per_batch=configs_per_batch,
+                            units_at_once=1 if units_at_once is None else units_at_once)
     sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator, configs)
+    if units_at_once is None:  # not asked: both cores of a CPU, one unit in worker processes
+        units_at_once = (executors.default_units_at_once()
+                         if args.backend == "local" and args.workers == 1 else 1)
     shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
@@ -517,7 +527,7 @@ def _compute(args, configs: Sequence[Any], announce: str,
             recompute=args.recompute,
             retry_failed=args.retry_failed,
             shard=shard, backend=args.backend, workers=args.workers, address=args.address,
-            imports=args.imports, progress=not args.quiet)
+            imports=args.imports, progress=not args.quiet, units_at_once=units_at_once)
     return summary, problems
 
 

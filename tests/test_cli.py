@@ -414,3 +414,16 @@ def test_output_piped_into_a_reader_that_stopped_ends_quietly_with_141(sweep):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert err == "", err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--units-at-once", "0"], "units at once (--units-at-once) must be an integer >= 1, got 0"),
+    (["--units-at-once", "2", "--workers", "2"], "--units-at-once applies to a run in this "
+                                                 "process; with --workers or --backend ray"),
+])
+def test_bad_units_at_once_is_one_line_before_any_store(tmp_path, capsys, extra, message):
+    db = tmp_path / "r.db"
+    assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not db.exists()

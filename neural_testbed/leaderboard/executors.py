@@ -27,7 +27,8 @@ from neural_testbed import base, compilation_cache, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.leaderboard import config_batches, configs, runner
 
-__all__ = ["BACKENDS", "WorkUnit", "compute_unit", "execute"]
+__all__ = ["BACKENDS", "WorkUnit", "check_units_at_once", "compute_unit", "default_units_at_once",
+           "execute"]
 
 BACKENDS = ("local", "ray")
 log = logging.getLogger(__name__)
@@ -61,8 +62,16 @@ _MAX_RUNNERS = 8
 _UNBATCHABLE: set = set()
 
 
+_RUNNERS_LOCK = threading.Lock()  # units computed at once share the runners
+
+
 def _batch_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunner:
     """The runner of the unit's configs and (padded) shape, compiled once per process."""
+    with _RUNNERS_LOCK:
+        return _cached_runner(unit, agent)
+
+
+def _cached_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunner:
     template = unit.problems[0]
     passed = id(agent)
     spec = registry.get_agent(unit.agent) if agent is None else None
@@ -240,6 +249,33 @@ def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
         remaining = [unit for i, unit in enumerate(remaining) if i not in finished]
 
 
+def default_units_at_once() -> int:
+    """How many units this process computes at once unless told: 2 on a CPU of 2 or more
+    cores, else 1. XLA runs a unit's small programs on about one core (mlp's `paper`
+    sweep kept 1.1 of 2 cores busy), so a second unit uses the other; a GPU already runs
+    one unit's programs in parallel. Memory grows with the count."""
+    import jax
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    return min(2, cores) if jax.default_backend() == "cpu" else 1
+
+
+def _in_threads(units, agent, units_at_once) -> Iterator[tuple[WorkUnit, list]]:
+    """Computes up to ``units_at_once`` units at the same time in this process (threads:
+    XLA runs programs outside the interpreter lock). Each unit's numbers are its own,
+    whatever finishes first. If the consumer stops (Ctrl-C, or the generator is closed),
+    units not started are dropped; those running finish unseen."""
+    pool = concurrent.futures.ThreadPoolExecutor(units_at_once,
+                                                 thread_name_prefix="neural-testbed-unit")
+    try:
+        futures = {pool.submit(compute_unit, unit, agent): unit for unit in units}
+        for future in concurrent.futures.as_completed(futures):
+            yield futures[future], future.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _ray_task(payload: bytes, imports: Sequence[str]) -> list[base.ProblemResult]:
     """The unit travels pickled, so that a user config class unpickles only after
     the worker has imported the user's module."""
@@ -325,6 +361,7 @@ def execute(
     address: str | None = None,
     imports: Sequence[str] = (),
     agent: base.Agent | None = None,
+    units_at_once: int = 1,
 ) -> Iterator[tuple[WorkUnit, list[base.ProblemResult]]]:
     """Yields ``(unit, rows)`` as units finish, in any order.
 
@@ -338,6 +375,8 @@ def execute(
       imports: modules that register user agents, imported in every worker.
       agent: an agent object to run instead of the registered one (this
         process only: backend "local" with one worker).
+      units_at_once: units this process computes at the same time (backend
+        "local" with one worker; see :func:`default_units_at_once`).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
@@ -346,8 +385,22 @@ def execute(
     if agent is not None and (backend != "local" or workers != 1):
         raise ValueError("an agent object runs in this process only (backend 'local', 1 "
                          "worker); register it to run it on workers or Ray")
+    check_units_at_once(units_at_once, backend, workers)
     if backend == "ray":
         return _ray(units, workers, address, imports)
+    if workers == 1 and units_at_once > 1:
+        return _in_threads(units, agent, units_at_once)
     if workers == 1:
         return ((unit, compute_unit(unit, agent)) for unit in units)
     return _local_workers(units, workers, imports)
+
+
+def check_units_at_once(units_at_once: int, backend: str, workers: int) -> None:
+    """Raises a one-line error for a bad count, or one that has no process to apply to."""
+    if not isinstance(units_at_once, int) or isinstance(units_at_once, bool) or (
+            units_at_once < 1):
+        raise ValueError("units at once (--units-at-once) must be an integer >= 1, got "
+                         f"{units_at_once!r}")
+    if units_at_once > 1 and (backend != "local" or workers != 1):
+        raise ValueError("--units-at-once applies to a run in this process; with --workers "
+                         "or --backend ray each worker computes one unit at a time")

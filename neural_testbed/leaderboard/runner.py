@@ -11,8 +11,10 @@ time, so one failing problem gets a failed row and the others still run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -67,6 +69,9 @@ class BatchRunner:
         self.agent_seed = agent_seed
         self._compiled: dict[tuple[str, int], Callable] = {}
         self._programs: dict[str, Callable] = {}
+        # A host agent's states live in this runner between training and evaluation, so
+        # its batches run one at a time when units are computed at once (executors).
+        self._exclusive = contextlib.nullcontext()
         self._values: tuple[np.ndarray, ...] = ()  # the traced floats, [configs, fields]
         if more_configs:
             names = config_batches.traced_fields(self.configs)
@@ -78,6 +83,7 @@ class BatchRunner:
             if more_configs:
                 raise TypeError("a host agent trains outside JAX: one config at a time")
             self._host_agent, self._host_states = agent, host.HostStates()
+            self._exclusive = threading.Lock()
             enn = host.host_enn(agent, self._host_states, template.num_classes)
         else:
             self._host_agent, enn = None, agent.enn
@@ -139,6 +145,10 @@ class BatchRunner:
     def __call__(self, batch: Sequence[base.Problem], num_real: int) -> list[base.ProblemResult]:
         """Rows for the first ``num_real`` problems of ``batch`` (the rest is
         padding), for each config; raises if anything in the batch fails."""
+        with self._exclusive:
+            return self._rows(batch, num_real)
+
+    def _rows(self, batch: Sequence[base.Problem], num_real: int) -> list[base.ProblemResult]:
         key_seeds = np.array([p.key_seed for p in batch], np.uint32)
         args = _stack([p.build_args() for p in batch])
         (instances, agent_keys, test_keys), build_compile, build_run = self._call(
@@ -248,17 +258,26 @@ def _build_program(template: base.Problem) -> Callable:
 _BUILD_PROGRAMS: dict[tuple, Callable] = {}
 
 
+# One lock per program being compiled: units computed at once that need the same program
+# compile it once (the second waits), different programs compile side by side.
+_COMPILING: dict[tuple[int, tuple], threading.Lock] = {}
+_COMPILING_LOCK = threading.Lock()
+
+
 def _run_compiled(
     cache: dict, cache_key: tuple, program: Callable, args
 ) -> tuple[Any, float, float]:
     """Compiles ``program`` for ``args`` once per ``cache_key`` (timed), then runs it (timed)."""
-    compiled = cache.get(cache_key)
     compile_seconds = 0.0
-    if compiled is None:
-        start = time.perf_counter()
-        compiled = jax.jit(program).lower(*args).compile()
-        compile_seconds = time.perf_counter() - start
-        cache[cache_key] = compiled
+    with _COMPILING_LOCK:
+        lock = _COMPILING.setdefault((id(cache), cache_key), threading.Lock())
+    with lock:
+        compiled = cache.get(cache_key)
+        if compiled is None:
+            start = time.perf_counter()
+            compiled = jax.jit(program).lower(*args).compile()
+            compile_seconds = time.perf_counter() - start
+            cache[cache_key] = compiled
     start = time.perf_counter()
     result = jax.block_until_ready(compiled(*args))
     return result, compile_seconds, time.perf_counter() - start

@@ -58,6 +58,7 @@ def check_options(
     backend: str = "local",
     estimator: str = "auto",
     configs_per_batch: int = 1,
+    units_at_once: int = 1,
 ) -> None:
     """Checks the settings of a run before anything is opened or computed.
 
@@ -84,6 +85,7 @@ def check_options(
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(executors.BACKENDS)}")
     if backend == "ray" and importlib.util.find_spec("ray") is None:
         raise ValueError("--backend ray needs Ray: pip install 'neural-testbed[ray]'")
+    executors.check_units_at_once(units_at_once, backend, workers)
     kl.choose_estimator(1, estimator)
 
 
@@ -211,6 +213,7 @@ def run_agent(
     estimator: kl.Estimator = "auto",
     progress: bool = True,
     on_rows: Callable[[list[base.ProblemResult]], None] | None = None,
+    units_at_once: int = 1,
 ) -> list[base.ProblemResult]:
     """Trains ``agent`` once per problem and evaluates it at each of the problem's taus.
 
@@ -230,6 +233,8 @@ def run_agent(
       progress: show a progress bar on stderr.
       on_rows: called with the rows of each batch as soon as they are
         computed (e.g. to write them to a results store).
+      units_at_once: batches computed at the same time (threads of this process:
+        ``executors.default_units_at_once()`` is what the command uses on a CPU).
 
     Returns:
       One row per (problem, tau), failed problems included (``status="failed"``).
@@ -245,7 +250,8 @@ def run_agent(
                           estimator=estimator, problems_per_batch=problems_per_batch)
     results: list[base.ProblemResult] = []
     total = sum(len(u.problems) * len(u.configs) for u in units)
-    for _, rows in _progress(executors.execute(units, agent=agent), total, agent_name, progress):
+    executed = executors.execute(units, agent=agent, units_at_once=units_at_once)
+    for _, rows in _progress(executed, total, agent_name, progress):
         if on_rows is not None:
             on_rows(rows)
         results.extend(rows)
@@ -271,6 +277,7 @@ def run_sweep(
     address: str | None = None,
     imports: Sequence[str] = (),
     progress: bool = True,
+    units_at_once: int = 1,
 ) -> SweepSummary:
     """Runs each config of a registered agent on each problem, into ``store``.
 
@@ -294,12 +301,16 @@ def run_sweep(
       address: address of an existing Ray cluster.
       imports: modules that register user agents, for worker processes.
       progress: show a progress bar with an ETA on stderr.
+      units_at_once: work units computed at the same time in this process (backend
+        "local", one worker); the command's default is
+        ``executors.default_units_at_once()``. More uses more memory.
 
     Returns:
       Counts of computed, reused and failed rows.
     """
     check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch, workers=workers,
-                  backend=backend, estimator=estimator, configs_per_batch=configs_per_batch)
+                  backend=backend, estimator=estimator, configs_per_batch=configs_per_batch,
+                  units_at_once=units_at_once)
     check_agent_on_problems(agent_name, problems, estimator, configs)
     units, reused = plan_units(
         agent_name, configs, list(problems), store, agent_seed=agent_seed, estimator=estimator,
@@ -308,7 +319,8 @@ def run_sweep(
         shard=shard)
     summary = SweepSummary(reused=reused)
     total = sum(len(u.problems) * len(u.configs) for u in units)
-    executed = executors.execute(units, backend, workers, address, imports)
+    executed = executors.execute(units, backend, workers, address, imports,
+                                 units_at_once=units_at_once)
     # Closed on the way out, whatever ends the loop: a Ctrl-C while this thread writes rows
     # would otherwise leave the workers computing (the generator, kept alive by the
     # traceback, stops them only when closed) and the exit waiting for them.

@@ -1,17 +1,20 @@
 """Scale-out: workers, Ray, shards and merge give the plain sweep's rows; failures are rows."""
 
 import dataclasses
+import itertools
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from neural_testbed import leaderboard
 from neural_testbed.agents import plugins, registry
+from neural_testbed.leaderboard import executors
 from neural_testbed.leaderboard import store as store_lib
 
 HERE = pathlib.Path(__file__).parent
@@ -58,6 +61,57 @@ def plain(tmp_path_factory):
 @pytest.mark.slow
 def test_two_local_workers_give_the_plain_rows(plain, tmp_path):
     assert _sweep(tmp_path / "w.db", workers=2)[1] == plain
+
+
+def test_units_at_once_run_side_by_side_and_give_the_plain_rows(plain, tmp_path, monkeypatch):
+    """Two units at once in this process: the first two meet at a barrier, which only two
+    units in flight at the same time can pass (one at a time, it times out and the sweep
+    raises); the rows are the serial run's."""
+    barrier, calls, threads = threading.Barrier(2, timeout=120), itertools.count(), set()
+    compute = executors.compute_unit
+
+    def side_by_side(unit, agent=None):
+        threads.add(threading.current_thread().name)
+        if next(calls) < 2:
+            barrier.wait()
+        return compute(unit, agent)
+
+    monkeypatch.setattr(executors, "compute_unit", side_by_side)
+    assert _sweep(tmp_path / "t.db", units_at_once=2)[1] == plain
+    assert len(threads) == 2 and all(t.startswith("neural-testbed-unit") for t in threads)
+
+
+def test_a_host_agent_computes_units_at_once_with_the_serial_numbers():
+    """random_forest keeps its forests in its runner between training and evaluation: two
+    units of one shape at once take turns there and give the serial rows. (Without the
+    turns, one unit's end clears the other's forests: failed rows in most runs of this.)"""
+    pytest.importorskip("sklearn")
+    spec = registry.get_agent("random_forest")
+    agent = spec.make(dataclasses.replace(spec.default, num_trees=10))
+    problems = [dataclasses.replace(p, num_test=50, num_samples=50)
+                for p in leaderboard.get_sweep("paper").values()
+                if p.num_train == 10 and p.temperature == 0.1]  # 10 seeds: 10 units
+    assert len(problems) == 10
+
+    def rows(units_at_once):
+        return [(r.problem_id, r.tau, r.kl, r.status) for r in leaderboard.run_agent(
+            agent, problems, "random_forest", problems_per_batch=1, progress=False,
+            units_at_once=units_at_once)]
+
+    serial = rows(1)
+    assert {r[3] for r in serial} == {"ok"} and rows(2) == serial
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"units_at_once": 0}, r"units at once \(--units-at-once\) must be an integer >= 1, got 0"),
+    ({"units_at_once": 2, "workers": 2}, "--units-at-once applies to a run in this process"),
+])
+def test_bad_units_at_once_is_refused_before_anything_runs(tmp_path, kwargs, message):
+    with leaderboard.ResultsStore(tmp_path / "x.db") as store:
+        with pytest.raises(ValueError, match=message):
+            leaderboard.run_sweep("toy", registry.get_agent("toy").sweep(), PROBLEMS, store,
+                                  progress=False, **kwargs)
+        assert store.rows() == []
 
 
 def test_shards_merged_give_the_plain_rows(plain, tmp_path):
@@ -170,3 +224,14 @@ def _kill_a_task_worker(psutil, driver_pid: int, marker: str) -> int | None:
         except psutil.Error:
             continue
     return None
+
+
+def test_two_units_at_once_on_a_cpu_of_two_or_more_cores_else_one(monkeypatch):
+    import jax
+
+    for cores, backend, expected in [({0}, "cpu", 1), ({0, 1}, "cpu", 2),
+                                     (set(range(16)), "cpu", 2), ({0, 1}, "gpu", 1)]:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cores=cores: cores,
+                            raising=False)
+        monkeypatch.setattr(jax, "default_backend", lambda backend=backend: backend)
+        assert executors.default_units_at_once() == expected, (cores, backend)
