@@ -1,4 +1,5 @@
-"""Where work units run: in this process, in local worker processes, or on Ray.
+"""Where work units run: in this process (one or several at once), in local worker
+processes, or on Ray.
 
 A work unit is one agent config on one batch of same-shape problems. Every
 backend computes a unit with :func:`compute_unit`, so the same unit gives the
