@@ -5,7 +5,7 @@ Not a test. Runs `neural-testbed run --agent A --sweep S` as a subprocess: first
 with a new, empty cache directory (NEURAL_TESTBED_CACHE_DIR), then --repeats times
 more with the same cache, every run into its own new store so that every result
 is computed again. Prints each run's wall seconds (interpreter start and imports
-included) and the command's own "of it compiling" figure, and the medians of the
+included) and the command's own compiling figure, and the medians of the
 warm runs. The machine's load average is printed: timings on a shared machine
 are noisy.
 
@@ -34,7 +34,7 @@ def _run(agent: str, sweep: str, cache: str, db: str) -> tuple[float, float, str
                            "--sweep", sweep, "--db", db, "--quiet"],
                           env=env, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
-    compiling = re.search(r"\(([\d.]+) s of it compiling\)", proc.stdout)
+    compiling = re.search(r"\(([\d.]+) s (?:of it compiling|compiling, added up)", proc.stdout)
     aggregate = next(line for line in proc.stdout.splitlines() if line.startswith("aggregate"))
     return wall, float(compiling.group(1)) if compiling else float("nan"), aggregate
 

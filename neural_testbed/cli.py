@@ -516,8 +516,9 @@ def _compute(args, configs: Sequence[Any], announce: str,
                             units_at_once=1 if units_at_once is None else units_at_once)
     sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator, configs)
     if units_at_once is None:  # not asked: both cores of a CPU, one unit in worker processes
-        units_at_once = (executors.default_units_at_once()
-                         if args.backend == "local" and args.workers == 1 else 1)
+        units_at_once = args.units_at_once = (
+            executors.default_units_at_once()
+            if args.backend == "local" and args.workers == 1 else 1)
     shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
@@ -618,7 +619,10 @@ def _cmd_run(args) -> int:
     compiling = ""
     if not summary.reused:  # every row was computed by this run
         per_problem = {r["problem_id"]: r["compile_seconds"] for r in rows if r["status"] == "ok"}
-        compiling = f" ({sum(per_problem.values()):.1f} s of it compiling)"
+        total = sum(per_problem.values())
+        alone = args.units_at_once == 1 and args.workers == 1 and args.backend == "local"
+        compiling = (f" ({total:.1f} s of it compiling)" if alone else
+                     f" ({total:.1f} s compiling, added up over the units run side by side)")
     print(f"time: {seconds:.1f} s{compiling}; {summary.computed} rows computed, "
           f"{summary.reused} reused from {args.db}")
     if args.output:

@@ -36,9 +36,10 @@ def test_run_prints_each_problem_and_an_aggregate_and_writes_csv(tmp_path, capsy
     out_csv = tmp_path / "rows.csv"
     status = cli.main(["run", "--agent", "mlp", "--set", "num_steps=50", "--quiet", "--sweep",
                        "smoke", "--taus", "1,2", "--db", str(tmp_path / "r.db"),
-                       "--output", str(out_csv)])
+                       "--output", str(out_csv), "--units-at-once", "1"])
     assert status == 0
     out = capsys.readouterr().out
+    assert "s of it compiling); 8 rows computed, 0 reused" in out  # one unit at a time
     for pid in leaderboard.get_sweep("smoke"):
         assert pid in out
     assert "aggregate (stratified ± se): d_KL^1 = " in out and "d_KL^2 = " in out and "d_KL^agg = " in out
@@ -57,9 +58,12 @@ def test_run_defaults_to_the_quick_sweep_at_taus_1_and_100():
 def test_run_of_one_shard_counts_the_other_shards_problems_as_not_computed(tmp_path, capsys):
     # smoke has two shapes (T = 10 and 100), so shard 1/2 computes the two T = 10 problems.
     status = cli.main(["run", "--agent", "mlp", "--set", "num_steps=50", "--quiet", "--sweep",
-                       "smoke", "--taus", "1,2", "--shard", "1/2", "--db", str(tmp_path / "s.db")])
+                       "smoke", "--taus", "1,2", "--shard", "1/2", "--db", str(tmp_path / "s.db"),
+                       "--units-at-once", "2"])
     assert status == 0
-    aggregate = capsys.readouterr().out.splitlines()[-2]
+    out = capsys.readouterr().out
+    assert "s compiling, added up over the units run side by side)" in out.splitlines()[-1]
+    aggregate = out.splitlines()[-2]
     assert aggregate.endswith("2 of 4 problems, 2 not computed here (other shards)"), aggregate
     assert "FAILED" not in aggregate
 
