@@ -252,7 +252,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="problem id, e.g. classification_2d/17 (looked up in --sweep, "
                                "then in the paper sweep)")
     diagnose.add_argument("--out", default="neural_testbed_diagnostics", metavar="DIR",
-                          help="directory for the PNG files (default: ./neural_testbed_diagnostics)")
+                          help="directory for the PNG files "
+                               "(default: ./neural_testbed_diagnostics)")
     diagnose.set_defaults(workers=1, backend="local", address=None, shard=None,
                           units_at_once=1)  # one problem
 
@@ -580,7 +581,8 @@ def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
     # A problem of the sweep with no rows at all was left to another shard.
     num_failed = len({row["problem_id"] for row in rows if row["status"] != "ok"})
     num_missing = len(problems) - r["problems"] - num_failed
-    counts = f"{r['problems']} of {len(problems)} problems" if num_missing else f"{len(problems)} problems"
+    counts = (f"{r['problems']} of {len(problems)} problems" if num_missing
+              else f"{len(problems)} problems")
     if num_failed:
         counts += f", {num_failed} FAILED"
     if num_missing:
