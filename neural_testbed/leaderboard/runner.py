@@ -68,6 +68,7 @@ class BatchRunner:
         self.estimator = estimator
         self.agent_seed = agent_seed
         self._compiled: dict[tuple[str, int], Callable] = {}
+        self._compiling = threading.Lock()  # units computed at once compile a program once
         self._programs: dict[str, Callable] = {}
         # A host agent's states live in this runner between training and evaluation, so
         # its batches run one at a time when units are computed at once (executors).
@@ -136,11 +137,14 @@ class BatchRunner:
     def _call(self, name: str, *args) -> tuple[Any, float, float]:
         """Runs program ``name``; returns (result, compile seconds, run seconds)."""
         if name == "build":  # depends on the problem shape only: shared by every agent
-            cache, cache_key, program = _BUILD_PROGRAMS, self.template.shape, _build_program(
-                self.template)
+            cache, lock, cache_key, program = (_BUILD_PROGRAMS, _BUILD_COMPILING,
+                                               self.template.shape,
+                                               _build_program(self.template))
         else:
-            cache, cache_key, program = self._compiled, name, self._programs[name]
-        return _run_compiled(cache, (cache_key, len(jax.tree.leaves(args)[0])), program, args)
+            cache, lock, cache_key, program = (self._compiled, self._compiling, name,
+                                               self._programs[name])
+        return _run_compiled(cache, lock, (cache_key, len(jax.tree.leaves(args)[0])), program,
+                             args)
 
     def __call__(self, batch: Sequence[base.Problem], num_real: int) -> list[base.ProblemResult]:
         """Rows for the first ``num_real`` problems of ``batch`` (the rest is
@@ -256,21 +260,17 @@ def _build_program(template: base.Problem) -> Callable:
 # Compiled build programs of this process, by (problem shape, batch size): every
 # agent config of a sweep builds its problems with the same program.
 _BUILD_PROGRAMS: dict[tuple, Callable] = {}
-
-
-# One lock per program being compiled: units computed at once that need the same program
-# compile it once (the second waits), different programs compile side by side.
-_COMPILING: dict[tuple[int, tuple], threading.Lock] = {}
-_COMPILING_LOCK = threading.Lock()
+_BUILD_COMPILING = threading.Lock()
 
 
 def _run_compiled(
-    cache: dict, cache_key: tuple, program: Callable, args
+    cache: dict, lock: threading.Lock, cache_key: tuple, program: Callable, args
 ) -> tuple[Any, float, float]:
-    """Compiles ``program`` for ``args`` once per ``cache_key`` (timed), then runs it (timed)."""
+    """Compiles ``program`` for ``args`` once per ``cache_key`` (timed), then runs it (timed).
+
+    ``lock`` guards ``cache``: units computed at once that need the same program compile it
+    once (the second waits); other runners' programs compile side by side."""
     compile_seconds = 0.0
-    with _COMPILING_LOCK:
-        lock = _COMPILING.setdefault((id(cache), cache_key), threading.Lock())
     with lock:
         compiled = cache.get(cache_key)
         if compiled is None:
