@@ -19,6 +19,8 @@ alone never does, since the cache is a process-wide JAX setting. Where:
 
 The cache keeps at most :data:`MAX_BYTES`, dropping the least recently used
 programs first (JAX's eviction, which needs the ``filelock`` package).
+:func:`enable` also keeps compiled executables whole in its ``executables``
+folder (``executable_cache``), so that a warm run need not lower its programs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import os
 from collections.abc import Mapping
 
 import jax
+
+from neural_testbed import executable_cache
 
 __all__ = ["MAX_BYTES", "cache_directory", "enable"]
 
@@ -69,4 +73,12 @@ def enable(environ: Mapping[str, str] = os.environ) -> str | None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     if "JAX_COMPILATION_CACHE_MAX_SIZE" not in environ:
         jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    executables = os.path.join(directory, "executables")
+    try:
+        os.makedirs(executables, exist_ok=True)
+    except OSError as error:
+        _log.warning("compiled programs are not kept whole: cannot make %s (%s)",
+                     executables, error)
+    else:
+        executable_cache.use(executables)
     return directory

@@ -54,18 +54,25 @@ def _programs(cache):
             if p.name.endswith("-atime")}
 
 
+def _executables(cache):
+    """Kept executable (executable_cache.py) -> when it was last used."""
+    return {p.name: p.stat().st_mtime_ns for p in (cache / "executables").iterdir()}
+
+
 @pytest.mark.slow  # two runs of the command, the second with worker processes
 def test_a_second_run_into_a_new_store_compiles_nothing(tmp_path):
     """The command writes its programs to the cache; the same sweep again, into a new store
-    with two worker processes, compiles none (no new entry) and reads every one."""
+    with two worker processes, compiles none (no new entry in JAX's cache) and loads every
+    executable the first kept."""
     cache = tmp_path / "cache"
     run = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=10", "--taus", "1",
            "--quiet"]
     _run([*run, "--db", "first.db"], tmp_path, cache)
-    first = _programs(cache)
-    assert len(first) >= 3  # training, evaluation, summaries at least
+    programs, first = _programs(cache), _executables(cache)
+    assert len(first) >= 3  # building, training, evaluation at least
     out = _run([*run, "--db", "second.db", "--workers", "2"], tmp_path, cache)
     assert "4 rows computed, 0 reused" in out
-    second = _programs(cache)
+    assert _programs(cache).keys() == programs.keys()
+    second = _executables(cache)
     assert second.keys() == first.keys()
-    assert all(second[name] != first[name] for name in first)  # each one read again
+    assert all(second[name] != first[name] for name in first)  # each one loaded again

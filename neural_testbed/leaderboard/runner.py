@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from neural_testbed import base, diagnostics
+from neural_testbed import base, diagnostics, executable_cache
 from neural_testbed.agents import host
 from neural_testbed.leaderboard import config_batches
 from neural_testbed.leaderboard import configs as configs_lib
@@ -275,7 +275,7 @@ def _run_compiled(
         compiled = cache.get(cache_key)
         if compiled is None:
             start = time.perf_counter()
-            compiled = jax.jit(program).lower(*args).compile()
+            compiled = executable_cache.compile_program(program, args)
             compile_seconds = time.perf_counter() - start
             cache[cache_key] = compiled
     start = time.perf_counter()
