@@ -78,7 +78,7 @@ def _cached_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunn
     spec = registry.get_agent(unit.agent) if agent is None else None
     if agent is None:
         agent = spec.make(unit.config)
-    if unit.train_rows and getattr(agent, "accepts_padding", False):
+    if unit.train_rows and runner.accepts_padding(agent):
         template = dataclasses.replace(template, num_train=unit.train_rows)
     key = (unit.agent, tuple(configs.config_hash(unit.agent, c) for c in unit.configs),
            template.shape, unit.estimator, unit.agent_seed, passed)

@@ -29,7 +29,7 @@ from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import predictives
 from neural_testbed.likelihood import kl, regression
 
-__all__ = ["BatchRunner", "error_text", "failed_rows", "run_batch"]
+__all__ = ["BatchRunner", "accepts_padding", "error_text", "failed_rows", "run_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,8 @@ class BatchRunner:
             states, train_compile, train_run = self._call(
                 "train", agent_keys, instances, num_train, *self._values)
         else:
-            states, train_compile, train_run = self._train_on_host(agent_keys, instances, num_real)
+            states, train_compile, train_run = self._train_on_host(
+                agent_keys, instances, batch[:num_real])
         compile_seconds = build_compile + train_compile
         evaluations = {}
         try:
@@ -190,8 +191,9 @@ class BatchRunner:
                      for (tau, estimator), (ev, eval_seconds) in of_config.items()]
         return rows
 
-    def _train_on_host(self, agent_keys, instances, num_real) -> tuple[jax.Array, float, float]:
-        """Trains a host agent problem by problem; returns its states' handles.
+    def _train_on_host(self, agent_keys, instances, problems) -> tuple[jax.Array, float, float]:
+        """Trains a host agent problem by problem, each on its own T pairs (the first
+        rows of a padded set); returns its states' handles.
 
         Padding problems reuse the last real problem's state.
         """
@@ -199,13 +201,14 @@ class BatchRunner:
         data = jax.device_get(instances.data)
         temperatures = np.asarray(jax.device_get(instances.prior.temperature))
         handles = []
-        for i in range(num_real):
+        for i, problem in enumerate(problems):
             key = jax.random.fold_in(agent_keys[i], self.agent_seed)
-            prior = instances.prior.replace(temperature=float(temperatures[i]))
-            state = self._host_agent.train(host.host_seed(key),
-                                           base.Data(x=data.x[i], y=data.y[i]), prior)
+            rows = problem.num_train
+            prior = instances.prior.replace(temperature=float(temperatures[i]), num_train=rows)
+            state = self._host_agent.train(host.host_seed(key), base.Data(
+                x=data.x[i, :rows], y=data.y[i, :rows]), prior)
             handles.append(self._host_states.put(state))
-        handles += [handles[-1]] * (len(agent_keys) - num_real)
+        handles += [handles[-1]] * (len(agent_keys) - len(problems))
         return np.array(handles, np.int32), 0.0, time.perf_counter() - start
 
     def _row(self, problem, tau, estimator, ev: kl.Evaluation, i, c, train_seconds,
@@ -233,6 +236,13 @@ class BatchRunner:
                           eval_seconds=eval_seconds, status=status, error=error,
                           diagnostics=json.dumps(_record(ev.diagnostics, i)),
                           predictive=predictive)
+
+
+def accepts_padding(agent: base.Agent | base.HostAgent) -> bool:
+    """Whether problems of every T of a padding group can share ``agent``'s programs: a
+    JAX agent says so; a host agent always can (the runner hands it its own T rows), and
+    then its evaluation, which cannot be cached across processes, compiles once, not per T."""
+    return isinstance(agent, base.HostAgent) or getattr(agent, "accepts_padding", False)
 
 
 def _record(evaluation_diagnostics, i: int) -> dict:

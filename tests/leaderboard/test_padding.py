@@ -74,6 +74,29 @@ def test_padding_changes_no_number_and_trains_every_T_with_one_program():
         np.testing.assert_allclose(a.kl, b.kl, rtol=1e-5, atol=1e-7)
 
 
+def test_a_host_agent_trains_on_its_own_pairs_and_evaluates_every_T_with_one_program():
+    """A host agent gets each problem's own T rows; the evaluation programs, which hold
+    its callback and so are compiled in every process, are compiled once for all T."""
+    forest = agents.make_random_forest_agent(agents.RandomForestConfig(num_trees=5))
+    seen = []
+
+    def train(seed, data, prior):
+        seen.append((data.x.shape[0], prior.num_train))
+        return forest.train(seed, data, prior)
+
+    agent = forest._replace(train=train)
+    problems = _small(PIDS)
+    together = leaderboard.run_agent(agent, problems, "random_forest", progress=False)
+    alone = [row for p in problems
+             for row in leaderboard.run_agent(agent, [p], "random_forest", progress=False)]
+    assert seen == [(1, 1), (10, 10), (100, 100)] * 2
+    assert together[0].compile_seconds > 0
+    assert all(r.compile_seconds == 0 for r in together[1:])
+    for a, b in zip(together, alone):
+        assert (a.problem_id, a.status) == (b.problem_id, "ok")
+        assert (a.kl, a.kl_stderr, a.accuracy, a.ece) == (b.kl, b.kl_stderr, b.accuracy, b.ece)
+
+
 @pytest.mark.parametrize("agent", [
     agents.make_ensemble_agent(agents.EnsembleConfig(num_ensemble=3, num_steps=20)),
     agents.make_dropout_agent(agents.DropoutConfig(num_steps=20)),
