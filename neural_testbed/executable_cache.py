@@ -75,14 +75,40 @@ def compile_program(program: Callable, args: tuple) -> Any:
         return traced.lower().compile()
     path = os.path.join(directory, key + _SUFFIX)
     compiled = _load(path)
-    if compiled is None:
-        _compiling.loaded = False
-        compiled = traced.lower().compile()
-        # An executable JAX loaded from its own cache is written out without its compiled
-        # functions (on the CPU it fails, "Function ... not found", in the next process).
-        if not _compiling.loaded:
-            _save(path, compiled)
+    if compiled is not None:
+        return _Loaded(compiled, traced, path)
+    _compiling.loaded = False
+    compiled = traced.lower().compile()
+    # An executable JAX loaded from its own cache is written out without its compiled
+    # functions (on the CPU it fails, "Function ... not found", in the next process).
+    if not _compiling.loaded:
+        _save(path, compiled)
     return compiled
+
+
+class _Loaded:
+    """A loaded executable which, if its first run fails, is dropped from the cache and
+    replaced by the program compiled afresh (an executable that loads may still not run
+    here; its failure must not become failed rows run after run)."""
+
+    def __init__(self, compiled: Any, traced: Any, path: str):
+        self._compiled, self._traced, self._path = compiled, traced, path
+        self._ran = False
+
+    def __call__(self, *args):
+        if self._ran:
+            return self._compiled(*args)
+        try:
+            result = jax.block_until_ready(self._compiled(*args))
+        except Exception as error:
+            _log.warning("compiling again: the cached executable %s failed to run (%s)",
+                         self._path, error)
+            with contextlib.suppress(OSError):
+                os.remove(self._path)
+            self._compiled = self._traced.lower().compile()
+            result = self._compiled(*args)
+        self._ran = True
+        return result
 
 
 def _key(traced, args) -> str | None:

@@ -1,8 +1,8 @@
 """The executable cache: a program it holds is loaded without lowering and computes what
 the program compiled afresh computes; a program that differs in code, constants or
-argument types is compiled anew; a damaged entry is dropped; a program JAX's own cache
-loaded, or one calling back into Python, is not written out; the folder keeps the most
-recently used executables within its limit."""
+argument types is compiled anew; a damaged entry, or one that does not run, is dropped;
+a program JAX's own cache loaded, or one calling back into Python, is not written out;
+the folder keeps the most recently used executables within its limit."""
 
 import os
 import sys
@@ -89,6 +89,20 @@ def test_a_damaged_entry_is_dropped_and_the_program_compiled_again(store, caplog
     np.testing.assert_array_equal(compiled(*ARGS), jax.jit(_scaled(2.0))(*ARGS))
     # JAX's cache now holds the program, so it is not written out again (below).
     assert _entries(store) == []
+
+
+def test_an_entry_that_loads_but_does_not_run_is_dropped_and_compiled_afresh(store, caplog):
+    """Here another program's executable under this program's key (its arguments differ)."""
+    executable_cache.compile_program(_scaled(2.0), ARGS)
+    [entry] = _entries(store)
+    other_args = (ARGS[0], ARGS[1][:1])
+    executable_cache.compile_program(_scaled(2.0), other_args)
+    [other] = [e for e in _entries(store) if e != entry]
+    other.replace(entry)
+    compiled = executable_cache.compile_program(_scaled(2.0), ARGS)
+    np.testing.assert_array_equal(compiled(*ARGS), jax.jit(_scaled(2.0))(*ARGS))
+    assert "failed to run" in caplog.text and _entries(store) == []
+    np.testing.assert_array_equal(compiled(*ARGS), jax.jit(_scaled(2.0))(*ARGS))  # again
 
 
 @pytest.mark.skipif(not jax.config.values["jax_compilation_cache_dir"],
