@@ -50,6 +50,7 @@ _directory: str | None = None
 _JAX_CACHE_HIT = "/jax/compilation_cache/cache_hits"
 _compiling = threading.local()  # .loaded: JAX's cache gave this thread's last program
 _listening = False
+_told_unwritable = False
 
 
 def use(directory: str | None) -> None:
@@ -177,7 +178,10 @@ def _save(path: str, compiled: Any) -> None:
             file.write(blob)
         os.replace(partial, path)
     except Exception as error:  # a cache only saves time: go on without the entry
-        _log.warning("could not keep the compiled program in %s: %s", path, error)
+        global _told_unwritable
+        _log.log(logging.DEBUG if _told_unwritable else logging.WARNING,
+                 "could not keep the compiled program in %s: %s", path, error)
+        _told_unwritable = True  # once a process: a read-only folder fails every program
         with contextlib.suppress(OSError):
             os.remove(partial)
         return

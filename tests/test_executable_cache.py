@@ -4,6 +4,7 @@ argument types is compiled anew; a damaged entry, or one that does not run, is d
 a program JAX's own cache loaded, or one calling back into Python, is not written out;
 the folder keeps the most recently used executables within its limit."""
 
+import logging
 import os
 import sys
 import time
@@ -124,6 +125,18 @@ def test_a_program_calling_back_into_python_is_not_kept(store, caplog):
     compiled = executable_cache.compile_program(program, ARGS)
     np.testing.assert_array_equal(compiled(*ARGS), -ARGS[1])
     assert _entries(store) == [] and caplog.text == ""
+
+
+def test_an_unwritable_folder_is_said_once_and_every_program_still_compiles(
+        store, monkeypatch, caplog):
+    monkeypatch.setattr(executable_cache, "_told_unwritable", False)
+    monkeypatch.setattr(executable_cache, "_directory", str(store / "missing"))
+    for scale in (2.0, 3.0):
+        compiled = executable_cache.compile_program(_scaled(scale), ARGS)
+        np.testing.assert_array_equal(compiled(*ARGS), jax.jit(_scaled(scale))(*ARGS))
+    warned = [r for r in caplog.records
+              if r.levelno >= logging.WARNING and "could not keep" in r.getMessage()]
+    assert len(warned) == 1
 
 
 def test_loading_an_entry_makes_it_the_most_recently_used(store):
