@@ -24,6 +24,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import jax
+
 from neural_testbed import base, compilation_cache, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.leaderboard import config_batches, configs, runner
@@ -255,8 +257,6 @@ def default_units_at_once() -> int:
     cores, else 1. XLA runs a unit's small programs on about one core (mlp's `paper`
     sweep kept 1.1 of 2 cores busy), so a second unit uses the other; a GPU already runs
     one unit's programs in parallel. Memory grows with the count."""
-    import jax
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
         os.cpu_count() or 1)
     return min(2, cores) if jax.default_backend() == "cpu" else 1

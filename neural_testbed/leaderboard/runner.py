@@ -88,7 +88,7 @@ class BatchRunner:
             enn = host.host_enn(agent, self._host_states, template.num_classes)
         else:
             self._host_agent, enn = None, agent.enn
-            pads = getattr(agent, "accepts_padding", False)
+            pads = accepts_padding(agent)
 
             def train_problems(agent, agent_keys, instances, num_train):
                 def one(key, data, prior, num_train):
