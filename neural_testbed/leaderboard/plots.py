@@ -13,6 +13,7 @@ the same size whatever the data.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -82,14 +83,35 @@ def save_figure(figure: Figure, path: str | os.PathLike) -> pathlib.Path:
     return path
 
 
+# tab20's slot for each built-in agent, so that an agent keeps its colour in every figure
+# whatever else a figure holds; related agents share a hue (dark and light).
+_AGENT_COLOURS = {
+    "ensemble": 0, "ensemble+": 1, "hypermodel": 2, "epinet": 3, "dropout": 4, "bbb": 5,
+    "sgmcmc": 6, "laplace": 7, "knn": 8, "random_forest": 9, "deep_kernel": 10, "mlp": 14,
+    "oracle_gp": 16, "gp": 17, "cnp": 18,
+}
+
+
 def _colours(agents: Iterable[str], baseline: str | None = None) -> dict[str, Any]:
-    """One fixed colour per agent name (sorted), black for the baseline."""
+    """Each built-in agent's fixed colour; other names (sorted) take tab20's free slots,
+    then Dark2's; black for the baseline."""
+    tab20 = matplotlib.colormaps["tab20"].colors
     names = sorted(set(agents))
-    palette = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"].colors
-    colours = {name: palette[i % len(palette)] for i, name in enumerate(names)}
+    spare = [c for i, c in enumerate(tab20) if i not in _AGENT_COLOURS.values()]
+    spare += matplotlib.colormaps["Dark2"].colors
+    others = itertools.cycle(spare)
+    colours = {name: tab20[_AGENT_COLOURS[name]] if name in _AGENT_COLOURS else next(others)
+               for name in names}
     if baseline in colours:
         colours[baseline] = "black"
     return colours
+
+
+def _label_colours(labels: Iterable[str]) -> dict[str, Any]:
+    """One colour per label (sorted), for lines that are not agents (an agent's configs)."""
+    names = sorted(set(labels))
+    palette = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"].colors
+    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
 class _PlainLogFormatter(ticker.LogFormatter):
@@ -470,7 +492,7 @@ def figure_prior_functions(
     panels = sorted({(tau, where) for where, tau, _ in best}, key=lambda x: (x[0], str(x[1])))
     taus, wheres = sorted({t for t, _ in panels}), sorted({w for _, w in panels}, key=str)
     labels = sorted({label for _, _, label in best})
-    colours = _colours(labels)
+    colours = _label_colours(labels)
     figure = new_figure(_SIZE_FIGURE_7)
     axes = figure.subplots(len(taus), len(wheres), squeeze=False)
     for i, tau in enumerate(taus):

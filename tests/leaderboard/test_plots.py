@@ -10,6 +10,7 @@ import matplotlib
 import pytest
 
 from neural_testbed import agents, leaderboard
+from neural_testbed.agents import registry
 from neural_testbed.leaderboard import plots, scoring
 
 # 2 temperatures x 2 T x 2 seeds of the paper sweep: 8 problems.
@@ -184,3 +185,16 @@ def test_log_axes_are_labelled_in_plain_numbers_below_one():
               for t in ax.xaxis.get_ticklabels(minor=minor) if t.get_text()]
     assert {"0.3", "1", "10", "20"} <= set(labels), labels
     assert not any("e" in label for label in labels), labels
+
+
+def test_an_agent_keeps_its_colour_whatever_else_a_figure_holds():
+    built_in = registry._BUILT_IN  # not agents.AGENTS: another test may have added to it
+    everyone = plots._colours(built_in)
+    assert len(set(everyone.values())) == len(built_in)
+    # Adding or removing agents (built-in or a user's) leaves the others' colours alone.
+    few = plots._colours(["sgmcmc", "mlp"], baseline="mlp")
+    assert few == {"sgmcmc": everyone["sgmcmc"], "mlp": "black"}
+    mine = plots._colours(["aaa_mine", "hypermodel", "zz_mine"])
+    assert mine["hypermodel"] == everyone["hypermodel"]
+    assert mine["aaa_mine"] != mine["zz_mine"]
+    assert not {mine["aaa_mine"], mine["zz_mine"]} & set(everyone.values())
