@@ -3,8 +3,9 @@
 #
 # Not a test. A lent GPU machine is held for minutes, so one script does all of it:
 # first, alone on the device (timings to report): mlp's `paper` sweep cold and warm
-# (benchmarks/cold_and_warm.py) and mlp's 14-config `smoke` sweep with and without
-# configs batched (benchmarks/config_sweep.py); then, sharing the device, four streams
+# (benchmarks/cold_and_warm.py), again with each of XLA's GPU autotuners off (an unknown
+# flag fails at once), and mlp's 14-config `smoke` sweep with and without configs
+# batched (benchmarks/config_sweep.py); then, sharing the device, four streams
 # until the deadline:
 #   1. every default agent's `paper` sweep, each `neural-testbed run` timed from a cold
 #      compilation cache (the agents not yet in the published table first): these times
@@ -43,6 +44,13 @@ say "start; $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=c
 if [ "${ALONE:-1}" != 0 ]; then
   say "== alone on the device: mlp paper, cold then warm x2"
   until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 2 2>&1 | tee -a "$LOG"
+  # A run on the GPU is compile-bound; do XLA's GPU autotuners make most of it? (Same
+  # aggregate expected to within rounding: the kernels chosen may differ.)
+  for flag in --xla_gpu_autotune_level=0 --xla_gpu_experimental_enable_fusion_autotuner=false; do
+    say "== alone on the device: mlp paper, cold then warm, XLA_FLAGS=$flag"
+    XLA_FLAGS="$flag" until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper \
+      --repeats 1 2>&1 | tee -a "$LOG"
+  done
   say "== alone on the device: mlp smoke config sweep, --configs-per-batch 1 and 14"
   until_deadline "$PY" benchmarks/config_sweep.py --batches 1,14 2>&1 | tee -a "$LOG"
 fi
