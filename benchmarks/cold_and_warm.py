@@ -12,6 +12,7 @@ are noisy.
 Usage:
   PYTHONPATH=. python benchmarks/cold_and_warm.py                       # mlp, quick sweep
   PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --repeats 3
+  PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --problems-per-batch 210
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ import tempfile
 import time
 
 
-def _run(agent: str, sweep: str, cache: str, db: str) -> tuple[float, float, str]:
+def _run(agent: str, sweep: str, cache: str, db: str, more: list[str]) -> tuple[float, float, str]:
     env = dict(os.environ, NEURAL_TESTBED_CACHE_DIR=cache)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run", "--agent", agent,
-                           "--sweep", sweep, "--db", db, "--quiet"],
+                           "--sweep", sweep, "--db", db, "--quiet", *more],
                           env=env, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
     compiling = re.search(r"\(([\d.]+) s (?:of it compiling|compiling, added up)", proc.stdout)
@@ -44,15 +45,19 @@ def main() -> None:
     parser.add_argument("--agent", default="mlp")
     parser.add_argument("--sweep", default="quick")
     parser.add_argument("--repeats", type=int, default=2, help="warm runs after the cold one")
+    parser.add_argument("--problems-per-batch", type=int, default=None,
+                        help="passed to the command (default: its own)")
     args = parser.parse_args()
+    more = ([] if args.problems_per_batch is None
+            else ["--problems-per-batch", str(args.problems_per_batch)])
     print(f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; "
-          f"neural-testbed run --agent {args.agent} --sweep {args.sweep}")
+          f"neural-testbed run --agent {args.agent} --sweep {args.sweep} {' '.join(more)}")
     with tempfile.TemporaryDirectory() as scratch:
         cache = os.path.join(scratch, "cache")
         warm = []
         for i in range(1 + args.repeats):
             wall, compiling, aggregate = _run(args.agent, args.sweep, cache,
-                                              os.path.join(scratch, f"r{i}.db"))
+                                              os.path.join(scratch, f"r{i}.db"), more)
             print(f"{'cold' if i == 0 else 'warm'}: {wall:.1f} s wall, {compiling:.1f} s of it "
                   f"compiling (the command's count); {aggregate}")
             if i:

@@ -4,9 +4,9 @@
 # Not a test. A lent GPU machine is held for minutes, so one script does all of it:
 # first, alone on the device (timings to report): mlp's `paper` sweep cold and warm
 # (benchmarks/cold_and_warm.py), again with each of XLA's GPU autotuners off (an unknown
-# flag fails at once), and mlp's 14-config `smoke` sweep with and without configs
-# batched (benchmarks/config_sweep.py); then, sharing the device, four streams
-# until the deadline:
+# flag fails at once) and with all 210 problems in one program (so is sgmcmc, briefly),
+# and mlp's 14-config `smoke` sweep with and without configs batched
+# (benchmarks/config_sweep.py); then, sharing the device, four streams until the deadline:
 #   1. every default agent's `paper` sweep, each `neural-testbed run` timed from a cold
 #      compilation cache (the agents not yet in the published table first): these times
 #      are upper bounds, taken beside the other streams;
@@ -50,6 +50,21 @@ if [ "${ALONE:-1}" != 0 ]; then
     say "== alone on the device: mlp paper, cold then warm, XLA_FLAGS=$flag"
     XLA_FLAGS="$flag" until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper \
       --repeats 1 2>&1 | tee -a "$LOG"
+  done
+  # Is a sweep on the GPU latency-bound? All 210 `paper` problems in one program (padded
+  # to T = 1000) against one program per T (30 problems); sgmcmc with 20,000 steps shows
+  # the cost of a step of each.
+  say "== alone on the device: mlp paper, cold then warm, --problems-per-batch 210"
+  until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 1 \
+    --problems-per-batch 210 2>&1 | tee -a "$LOG"
+  for batch in 30 210; do
+    t0=$(date +%s%N)
+    NEURAL_TESTBED_CACHE_DIR="$WORK/cache-sgmcmc-short" until_deadline "${CLI[@]}" run \
+      --agent sgmcmc --set num_steps=20000 burn_in=4000 --sweep paper --db "$WORK/short$batch.db" \
+      --quiet --problems-per-batch "$batch" > "$WORK/short$batch.out" 2>&1
+    say "sgmcmc 20,000 steps, paper, --problems-per-batch $batch: rc=$?" \
+        "$(( ($(date +%s%N) - t0) / 1000000 )) ms;" \
+        "$(grep -h -E 'aggregate|time:' "$WORK/short$batch.out")"
   done
   say "== alone on the device: mlp smoke config sweep, --configs-per-batch 1 and 14"
   until_deadline "$PY" benchmarks/config_sweep.py --batches 1,14 2>&1 | tee -a "$LOG"

@@ -72,9 +72,11 @@ def _parser() -> argparse.ArgumentParser:
                               "monte_carlo, stored as such)")
     compute.add_argument("--problems-per-batch", "--batch-size", type=int, default=None,
                          metavar="N", dest="problems_per_batch",
-                         help="problems of one shape trained together, a work unit (default: "
-                              "all of them; smaller saves memory and saves results more often). "
-                              "Not an agent's minibatch size: set that with --set batch_size=B")
+                         help="problems trained together, a work unit (default: all those of "
+                              "one shape, i.e. one T; smaller saves memory and saves results more "
+                              "often; larger trains several T together where the agent pads: "
+                              "fewer, larger programs, for a GPU with memory to spare). Not an "
+                              "agent's minibatch size: set that with --set batch_size=B")
     compute.add_argument("--recompute", action="store_true",
                          help="recompute results already in the store, replacing them")
     compute.add_argument("--retry-failed", action="store_true",

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class WorkUnit:
     """A batch of configs of one agent (one config, or several of one group) on one batch
-    of problems of the same shape."""
+    of problems of the same shape, or of one padding group (``train_rows``)."""
 
     agent: str
     config: Any

@@ -1,10 +1,11 @@
 """Running agents over problems: one pipeline for every entry point.
 
-A run is planned as work units (one config on one batch of same-shape
-problems), less what the store already holds; units run on a backend (see
-:mod:`executors`) and their rows go to the store (``run_sweep``) or back to
-the caller (``run_agent``) as each finishes, so an interrupted sweep continues
-where it stopped and nothing is computed twice.
+A run is planned as work units (one config on one batch of problems of one
+shape, or of one padding group where the agent pads), less what the store
+already holds; units run on a backend (see :mod:`executors`) and their rows go
+to the store (``run_sweep``) or back to the caller (``run_agent``) as each
+finishes, so an interrupted sweep continues where it stopped and nothing is
+computed twice.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tqdm.auto import tqdm
 
 from neural_testbed import base
 from neural_testbed.agents import registry, validation
-from neural_testbed.leaderboard import config_batches, executors
+from neural_testbed.leaderboard import config_batches, executors, runner
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.likelihood import kl, regression
 
@@ -122,16 +123,22 @@ def plan_units(
     recompute: bool = False,
     retry_failed: bool = False,
     shard: tuple[int, int] = (1, 1),
+    agent: base.Agent | base.HostAgent | None = None,
 ) -> tuple[list[executors.WorkUnit], int]:
     """The work units still to run, and how many rows the store already holds.
 
     Units are cut from the whole sweep (per batch of configs, per problem shape,
     chunks of ``problems_per_batch``) before anything is skipped, so a unit is the
     same batch whichever backend, worker count or shard runs it, and gives the same
-    numbers. Shard ``(i, n)`` keeps the units whose position is ``i - 1`` modulo
-    ``n``. Problems already stored are then dropped from their unit (``store=None``:
-    nothing is stored yet); a batch of configs whose configs are stored for different
-    problems (some run alone earlier) is split into one unit per config.
+    numbers. With ``problems_per_batch`` set and an agent that accepts padding, the
+    chunks are cut from each padding group instead (its shapes one after another), so
+    that a batch larger than one T's problems trains several T in one program (fewer,
+    larger programs: what a GPU wants). Shard ``(i, n)`` keeps the units whose position
+    is ``i - 1`` modulo ``n``. Problems already stored are then dropped from their unit
+    (``store=None``: nothing is stored yet); a batch of configs whose configs are stored
+    for different problems (some run alone earlier) is split into one unit per config.
+    ``agent``: the agent object of ``run_agent``; None builds each config's from the
+    registry where whether it pads matters.
     """
     check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch,
                   estimator=estimator, configs_per_batch=configs_per_batch)
@@ -140,11 +147,15 @@ def plan_units(
             validation.check_fields(config)
     shard_index, num_shards = shard
     train_rows = _train_rows(problems)
-    groups: dict[Any, list[base.Problem]] = {}
-    for p in problems:
-        groups.setdefault(p.shape, []).append(p)
+    across_sizes = problems_per_batch is not None and bool(train_rows)
+
+    def pads(config) -> bool:
+        made = agent if agent is not None else registry.get_agent(agent_name).make(config)
+        return runner.accepts_padding(made)
+
     units, reused, position = [], 0, 0
     for config_batch in config_batches.batch_configs(configs, configs_per_batch):
+        groups = _unit_groups(problems, across_sizes and pads(config_batch[0]))
         done = []
         for config in config_batch:
             stored = set() if recompute or store is None else store.done(
@@ -152,7 +163,7 @@ def plan_units(
             if retry_failed and store is not None:
                 stored -= store.done(agent_name, config, estimator, agent_seed, status="failed")
             done.append(stored)
-        for group in groups.values():
+        for group in groups:
             size = problems_per_batch or len(group)
             for start in range(0, len(group), size):
                 batch, position = group[start:start + size], position + 1
@@ -174,6 +185,23 @@ def plan_units(
                             pad_to=size, train_rows=train_rows.get(batch[0].problem_id, 0),
                             more_configs=batch_configs[1:]))
     return units, reused
+
+
+def _unit_groups(problems: Sequence[base.Problem], by_padding: bool) -> list[list[base.Problem]]:
+    """The problems that units are cut from together: those of one shape, or with
+    ``by_padding`` those of one padding group, its shapes in order of first appearance
+    (so chunks of one shape's size are the units cut per shape)."""
+    shapes: dict[Any, list[base.Problem]] = {}
+    for p in problems:
+        shapes.setdefault(p.shape, []).append(p)
+    if not by_padding:
+        return list(shapes.values())
+    groups: dict[Any, list[base.Problem]] = {}
+    for shape, group in shapes.items():
+        padding_group = getattr(group[0], "padding_group", None)
+        key = ("shape", shape) if padding_group is None else ("padding", padding_group)
+        groups.setdefault(key, []).extend(group)
+    return list(groups.values())
 
 
 def _train_rows(problems: Sequence[base.Problem]) -> dict[str, int]:
@@ -226,9 +254,9 @@ def run_agent(
       agent_name: recorded in each row.
       config: the agent's config, recorded (hashed) in each row; None if it has none.
       agent_seed: folded into each problem's agent key.
-      problems_per_batch: problems of one shape trained together; ``None`` = all of
-        them (fastest; a smaller batch shows progress more often and uses
-        less memory while training).
+      problems_per_batch: problems trained together; ``None`` = all those of one shape
+        (one T; a smaller batch shows progress more often and uses less memory while
+        training, a larger one trains several T together if the agent pads).
       estimator: ``"auto"``, ``"monte_carlo"`` or ``"partition"``.
       progress: show a progress bar on stderr.
       on_rows: called with the rows of each batch as soon as they are
@@ -247,7 +275,7 @@ def run_agent(
     """
     problems = list(problems)
     units, _ = plan_units(agent_name, [config], problems, None, agent_seed=agent_seed,
-                          estimator=estimator, problems_per_batch=problems_per_batch)
+                          estimator=estimator, problems_per_batch=problems_per_batch, agent=agent)
     results: list[base.ProblemResult] = []
     total = sum(len(u.problems) * len(u.configs) for u in units)
     executed = executors.execute(units, agent=agent, units_at_once=units_at_once)
@@ -289,7 +317,8 @@ def run_sweep(
         skipped.
       agent_seed: folded into every problem's agent key.
       estimator: the likelihood estimator setting.
-      problems_per_batch: problems of one shape per work unit (None = all of them).
+      problems_per_batch: problems per work unit (None = all those of one shape; more
+        than that trains several T in one unit where the agent pads: ``plan_units``).
       configs_per_batch: up to this many configs that differ only in float fields are
         trained and evaluated in one program (vmap over configs, ``config_batches``):
         one compilation per group of configs, not per config; more uses more memory.

@@ -179,3 +179,33 @@ def test_a_sweep_pads_each_problem_to_its_padding_groups_largest_T():
     regression = list(leaderboard.get_sweep("regression-quick").values())
     units, _ = sweep.plan_units("mlp", [agents.MLPConfig()], regression, None)
     assert {u.train_rows for u in units} == {0}  # GP regression draws do not nest
+
+
+def test_a_batch_larger_than_one_T_trains_several_T_together_with_the_same_numbers():
+    """With --problems-per-batch N and an agent that pads, units are cut from the padding
+    group: N = 6 puts the 2 seeds of each of T = 1, 10, 100 in one batch; the rows equal
+    those of one unit per T (each problem's computation is its own inside the vmap)."""
+    problems = _small(PIDS + ["classification_2d/71", "classification_2d/91",
+                              "classification_2d/111"])
+    config = agents.MLPConfig(num_steps=50)
+    mlp = agents.make_mlp_agent(config)
+    units, _ = sweep.plan_units("mlp", [config], problems, None, problems_per_batch=6, agent=mlp)
+    assert [sorted(p.num_train for p in u.problems) for u in units] == [[1, 1, 10, 10, 100, 100]]
+    # Without a batch size, or for an agent that does not pad, one T per unit as before.
+    per_T = [[1, 1], [10, 10], [100, 100]]
+    units, _ = sweep.plan_units("mlp", [config], problems, None, agent=mlp)
+    assert [sorted(p.num_train for p in u.problems) for u in units] == per_T
+    plain = mlp._replace(accepts_padding=False)
+    units, _ = sweep.plan_units("mlp", [config], problems, None, problems_per_batch=6,
+                                agent=plain)
+    assert [sorted(p.num_train for p in u.problems) for u in units] == per_T
+    units, _ = sweep.plan_units("oracle_gp", [agents.get_agent("oracle_gp").default],
+                                list(leaderboard.get_sweep("regression-quick").values()), None,
+                                problems_per_batch=8)
+    assert all(len({p.shape for p in u.problems}) == 1 for u in units)
+    # Batches of 4: T = 1 and 10 together, then T = 100 (padded to 4 problems).
+    together = leaderboard.run_agent(mlp, problems, "mlp", problems_per_batch=4, progress=False)
+    apart = leaderboard.run_agent(mlp, problems, "mlp", progress=False)
+    for a, b in zip(together, apart):
+        assert (a.problem_id, a.num_train, a.status) == (b.problem_id, b.num_train, "ok")
+        assert (a.kl, a.kl_stderr, a.accuracy) == (b.kl, b.kl_stderr, b.accuracy)
