@@ -180,8 +180,11 @@ def figure_normalised_kl(
         bars = ax.bar(positions, heights, yerr=errors, capsize=3,
                       color=[colours[r["agent"]] for r in records], edgecolor="black",
                       linewidth=0.5)
-        ax.bar_label(bars, [f"{v:.3g}" if _finite(v) else "n/a" for v in values],
-                     fontsize=8, padding=2)
+        # Ratios to two decimals (their standard errors are a few hundredths), so that
+        # the labels of a dozen bars do not run into each other.
+        text = "{:.2f}" if normalised else "{:.3g}"
+        ax.bar_label(bars, [text.format(v) if _finite(v) else "n/a" for v in values],
+                     fontsize=8 if len(records) <= 8 else 7, padding=2)
         if normalised:
             ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
             ax.set_ylabel(f"d_KL^{tau} / {baseline}'s d_KL^{tau}")
