@@ -150,8 +150,12 @@ def plan_units(
     across_sizes = problems_per_batch is not None and bool(train_rows)
 
     def pads(config) -> bool:
-        made = agent if agent is not None else registry.get_agent(agent_name).make(config)
-        return runner.accepts_padding(made)
+        if agent is not None:
+            return runner.accepts_padding(agent)
+        try:
+            return runner.accepts_padding(registry.get_agent(agent_name).make(config))
+        except Exception:  # the unit's own build fails again and records failed rows
+            return False
 
     units, reused, position = [], 0, 0
     for config_batch in config_batches.batch_configs(configs, configs_per_batch):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, base, leaderboard
-from neural_testbed.leaderboard import sweep
+from neural_testbed.agents import registry
+from neural_testbed.leaderboard import store, sweep
 
 PAPER = leaderboard.get_sweep("paper")
 # Temperature 0.1, seed 0, T = 1, 10 and 100.
@@ -209,3 +210,23 @@ def test_a_batch_larger_than_one_T_trains_several_T_together_with_the_same_numbe
     for a, b in zip(together, apart):
         assert (a.problem_id, a.num_train, a.status) == (b.problem_id, b.num_train, "ok")
         assert (a.kl, a.kl_stderr, a.accuracy) == (b.kl, b.kl_stderr, b.accuracy)
+
+
+def test_an_agent_that_fails_to_build_gets_failed_rows_when_units_span_several_T(tmp_path):
+    """Planning asks the agent whether it pads; if building it raises, the sweep goes on
+    and records the failure per problem, as without --problems-per-batch."""
+    def make(config):
+        raise ValueError("deliberately unbuildable")
+
+    spec = agents.AgentSpec(agents.MLPConfig, agents.MLPConfig(), lambda: (agents.MLPConfig(),),
+                            make, "fails to build, for a test")
+    registry.register("unbuildable", spec)
+    try:
+        with store.ResultsStore(str(tmp_path / "r.db")) as results:
+            summary = sweep.run_sweep("unbuildable", [spec.default], _small(PIDS), results,
+                                      problems_per_batch=3, progress=False)
+            rows = results.rows()
+    finally:
+        registry.unregister("unbuildable")
+    assert summary.failed == summary.computed == 3
+    assert all("deliberately unbuildable" in r["error"] for r in rows)
