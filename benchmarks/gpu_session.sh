@@ -62,7 +62,8 @@ if [ "${ALONE:-1}" != 0 ]; then
     NEURAL_TESTBED_CACHE_DIR="$WORK/cache-sgmcmc-short" until_deadline "${CLI[@]}" run \
       --agent sgmcmc --set num_steps=20000 burn_in=4000 --sweep paper --db "$WORK/short$batch.db" \
       --quiet --problems-per-batch "$batch" > "$WORK/short$batch.out" 2>&1
-    say "sgmcmc 20,000 steps, paper, --problems-per-batch $batch: rc=$?" \
+    rc=$?
+    say "sgmcmc 20,000 steps, paper, --problems-per-batch $batch: rc=$rc" \
         "$(( ($(date +%s%N) - t0) / 1000000 )) ms;" \
         "$(grep -h -E 'aggregate|time:' "$WORK/short$batch.out")"
   done
