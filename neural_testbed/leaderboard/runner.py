@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -67,7 +68,7 @@ class BatchRunner:
         self.template = template
         self.estimator = estimator
         self.agent_seed = agent_seed
-        self._compiled: dict[tuple[str, int], Callable] = {}
+        self._compiled: dict[tuple[str, int], tuple[Callable, Any]] = {}
         self._compiling = threading.Lock()  # units computed at once compile a program once
         self._programs: dict[str, Callable] = {}
         # A host agent's states live in this runner between training and evaluation, so
@@ -269,8 +270,23 @@ def _build_program(template: base.Problem) -> Callable:
 
 # Compiled build programs of this process, by (problem shape, batch size): every
 # agent config of a sweep builds its problems with the same program.
-_BUILD_PROGRAMS: dict[tuple, Callable] = {}
+_BUILD_PROGRAMS: dict[tuple, tuple[Callable, Any]] = {}
 _BUILD_COMPILING = threading.Lock()
+
+
+# JAX's CPU LAPACK kernels split a batch of factorisations over the thread pool that runs
+# the programs, and wait for the parts: two such programs at once (units computed side by
+# side) can hold every pool thread while waiting for parts no thread is free to run. Seen
+# on 2 cores: two units' batched Cholesky factorisations, every thread waiting, for good.
+# So programs that factorise run one at a time in a process.
+_FACTORISING = threading.Lock()
+_FACTORISATION = re.compile(r"= (cholesky|eigh?|lu|qr|geqrf|geqp3|householder_product|svd|"
+                            r"triangular_solve|schur|hessenberg|tridiagonal(_solve)?)[\[ ]")
+
+
+def _factorises(program: Callable, args) -> bool:
+    """Whether ``program`` calls a LAPACK-style factorisation or solve."""
+    return bool(_FACTORISATION.search(str(jax.make_jaxpr(program)(*args))))
 
 
 def _run_compiled(
@@ -279,18 +295,22 @@ def _run_compiled(
     """Compiles ``program`` for ``args`` once per ``cache_key`` (timed), then runs it (timed).
 
     ``lock`` guards ``cache``: units computed at once that need the same program compile it
-    once (the second waits); other runners' programs compile side by side."""
+    once (the second waits); other runners' programs compile side by side. A program that
+    factorises runs while no other such program runs (``_FACTORISING``)."""
     compile_seconds = 0.0
     with lock:
-        compiled = cache.get(cache_key)
-        if compiled is None:
+        entry = cache.get(cache_key)
+        if entry is None:
             start = time.perf_counter()
             compiled = executable_cache.compile_program(program, args)
+            guard = _FACTORISING if _factorises(program, args) else contextlib.nullcontext()
             compile_seconds = time.perf_counter() - start
-            cache[cache_key] = compiled
-    start = time.perf_counter()
-    result = jax.block_until_ready(compiled(*args))
-    return result, compile_seconds, time.perf_counter() - start
+            entry = cache[cache_key] = compiled, guard
+    compiled, guard = entry
+    with guard:
+        start = time.perf_counter()
+        result = jax.block_until_ready(compiled(*args))
+        return result, compile_seconds, time.perf_counter() - start
 
 
 def result_row(agent_name: str, config_hash: str, config_json: str, problem: base.Problem,

@@ -2,12 +2,14 @@
 
 import dataclasses
 import json
+import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from neural_testbed import agents, base, generative, leaderboard, likelihood
+from neural_testbed.leaderboard import runner
 
 PAPER = leaderboard.get_sweep("paper")
 
@@ -146,3 +148,30 @@ def test_problems_of_one_shape_compile_once():
     leaderboard.run_agent(agent, problems, "mlp", progress=False, problems_per_batch=2)
     assert traces["train"] == 1
     assert traces["apply"] == 2 * 2  # 2 taus x (shape check + trace)
+
+
+def test_programs_that_factorise_run_one_at_a_time():
+    """Two units' batched Cholesky factorisations at once hung JAX's CPU runtime (each
+    waiting on the shared thread pool for the other's parts): a program that factorises
+    runs holding the process's factorisation lock, and other programs do not take it."""
+    held = []
+
+    def note():
+        held.append(runner._FACTORISING.locked())
+
+    def factorising(a):
+        jax.debug.callback(note)
+        return jnp.linalg.cholesky(a)
+
+    def plain(a):
+        jax.debug.callback(note)
+        return a @ a
+
+    matrices = jnp.eye(3)[None].repeat(4, 0)
+    cache, lock = {}, threading.Lock()
+    for name, program in (("factorising", factorising), ("plain", plain)):
+        for _ in range(2):  # compiled, then from the cache
+            result, _, _ = runner._run_compiled(cache, lock, (name, 4), program, (matrices,))
+            np.testing.assert_allclose(result, matrices, atol=1e-6)
+    assert held == [True, True, False, False]
+    assert not runner._FACTORISING.locked()
