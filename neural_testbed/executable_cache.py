@@ -39,7 +39,7 @@ import jaxlib
 import numpy as np
 from jax.experimental import serialize_executable
 
-__all__ = ["MAX_BYTES", "compile_program", "use"]
+__all__ = ["MAX_BYTES", "compile_program", "compile_traced", "use"]
 
 MAX_BYTES = 1 << 30  # 1 GiB
 _SUFFIX = ".executable"
@@ -69,7 +69,11 @@ def _note_jax_cache_hit(event: str, **_) -> None:
 
 def compile_program(program: Callable, args: tuple) -> Any:
     """``jax.jit(program)`` compiled for ``args``, loaded from the cache when it holds it."""
-    traced = jax.jit(program).trace(*args)
+    return compile_traced(jax.jit(program).trace(*args), args)
+
+
+def compile_traced(traced: Any, args: tuple) -> Any:
+    """:func:`compile_program` for a program already traced for ``args``."""
     directory = _directory
     key = _key(traced, args) if directory is not None else None
     if key is None:

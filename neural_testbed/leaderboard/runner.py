@@ -284,9 +284,9 @@ _FACTORISATION = re.compile(r"= (cholesky|eigh?|lu|qr|geqrf|geqp3|householder_pr
                             r"triangular_solve|schur|hessenberg|tridiagonal(_solve)?)[\[ ]")
 
 
-def _factorises(program: Callable, args) -> bool:
-    """Whether ``program`` calls a LAPACK-style factorisation or solve."""
-    return bool(_FACTORISATION.search(str(jax.make_jaxpr(program)(*args))))
+def _factorises(traced) -> bool:
+    """Whether a traced program calls a LAPACK-style factorisation or solve."""
+    return bool(_FACTORISATION.search(str(traced.jaxpr)))
 
 
 def _run_compiled(
@@ -302,8 +302,9 @@ def _run_compiled(
         entry = cache.get(cache_key)
         if entry is None:
             start = time.perf_counter()
-            compiled = executable_cache.compile_program(program, args)
-            guard = _FACTORISING if _factorises(program, args) else contextlib.nullcontext()
+            traced = jax.jit(program).trace(*args)
+            compiled = executable_cache.compile_traced(traced, args)
+            guard = _FACTORISING if _factorises(traced) else contextlib.nullcontext()
             compile_seconds = time.perf_counter() - start
             entry = cache[cache_key] = compiled, guard
     compiled, guard = entry
