@@ -9,8 +9,10 @@ constants, the arguments' structure and types, JAX's settings and versions, the
 device) and loads it without lowering. A program whose code changed traces to
 another jaxpr, so an entry is never stale. A program that calls back into
 Python is not kept: its executable points into the process that compiled it.
-Nor is one that JAX's cache held before this cache did (a program JAX loaded
-cannot be written out whole): it is lowered and loaded as before.
+Only a program XLA compiled in this call is written out: one that JAX loaded from
+its own cache, or handed out again from memory after loading it, cannot be written
+out whole (the next process fails to run it, or crashes); it is lowered and loaded
+as before.
 
 It is on only where the command turns the persistent cache on (:func:`use`, from
 ``compilation_cache.enable``), in that cache's ``executables`` folder, which keeps
@@ -44,11 +46,15 @@ __all__ = ["MAX_BYTES", "compile_program", "compile_traced", "use"]
 MAX_BYTES = 1 << 30  # 1 GiB
 _SUFFIX = ".executable"
 _STALE_PARTIAL_SECONDS = 3600  # a partial write this old was left by a killed process
+# In every key: entries of an earlier format are never loaded again (format 1 could hold an
+# executable JAX had loaded from its own cache, which crashed the process that ran it).
+_FORMAT = "2"
 
 _log = logging.getLogger(__name__)
 _directory: str | None = None
 _JAX_CACHE_HIT = "/jax/compilation_cache/cache_hits"
-_compiling = threading.local()  # .loaded: JAX's cache gave this thread's last program
+_XLA_COMPILED = "/jax/core/compile/backend_compile_duration"  # also timed for a cache hit
+_compiling = threading.local()  # .compiled, .loaded: this thread's last program
 _listening = False
 _told_unwritable = False
 
@@ -58,6 +64,7 @@ def use(directory: str | None) -> None:
     global _directory, _listening
     if directory is not None and not _listening:
         jax.monitoring.register_event_listener(_note_jax_cache_hit)
+        jax.monitoring.register_event_duration_secs_listener(_note_compilation)
         _listening = True
     _directory = directory
 
@@ -65,6 +72,11 @@ def use(directory: str | None) -> None:
 def _note_jax_cache_hit(event: str, **_) -> None:
     if event == _JAX_CACHE_HIT:  # JAX reports it in the thread that compiles
         _compiling.loaded = True
+
+
+def _note_compilation(event: str, *_, **__) -> None:
+    if event == _XLA_COMPILED:  # not reported when JAX hands out a program it holds
+        _compiling.compiled = True
 
 
 def compile_program(program: Callable, args: tuple) -> Any:
@@ -82,11 +94,12 @@ def compile_traced(traced: Any, args: tuple) -> Any:
     compiled = _load(path)
     if compiled is not None:
         return _Loaded(compiled, traced, path)
-    _compiling.loaded = False
+    _compiling.compiled = _compiling.loaded = False
     compiled = traced.lower().compile()
-    # An executable JAX loaded from its own cache is written out without its compiled
-    # functions (on the CPU it fails, "Function ... not found", in the next process).
-    if not _compiling.loaded:
+    # An executable JAX loaded from its own cache, at once or from memory later, is written
+    # out without its compiled functions: the next process fails to run it ("Function ...
+    # not found") or crashes, so only what XLA compiled here is kept.
+    if _compiling.compiled and not _compiling.loaded:
         _save(path, compiled)
     return compiled
 
@@ -125,8 +138,8 @@ def _key(traced, args) -> str | None:
     digest = hashlib.sha256()
     avals = [jax.typeof(leaf) for leaf in jax.tree.leaves(args)]
     settings = sorted((name, str(value)) for name, value in jax.config.values.items())
-    for part in (jaxpr_text, str(jax.tree.structure(args)), str(avals), str(settings),
-                 os.environ.get("XLA_FLAGS", ""), _machine()):
+    for part in (_FORMAT, jaxpr_text, str(jax.tree.structure(args)), str(avals),
+                 str(settings), os.environ.get("XLA_FLAGS", ""), _machine()):
         digest.update(part.encode())
         digest.update(b"\0")
     for const in traced.jaxpr.consts:

@@ -118,6 +118,22 @@ def test_a_program_jax_loaded_from_its_own_cache_is_not_written_out(store, monke
     assert _entries(store) == []
 
 
+@pytest.mark.skipif(not jax.config.values["jax_compilation_cache_dir"],
+                    reason="JAX's persistent cache is off")
+def test_a_program_jax_loaded_then_found_in_memory_is_not_written_out(store, monkeypatch):
+    """JAX keeps what it loaded in memory too, and hands it out again without any event;
+    written out then, its executable crashed the next process (a segmentation fault in
+    ensemble+'s regression sweep)."""
+    monkeypatch.setattr(executable_cache, "_directory", None)
+    executable_cache.compile_program(_scaled(7.0), ARGS)  # into JAX's cache only
+    monkeypatch.setattr(executable_cache, "_directory", str(store))
+    program = _scaled(7.0)
+    executable_cache.compile_program(program, ARGS)  # loaded from JAX's cache
+    compiled = executable_cache.compile_program(program, ARGS)  # from JAX's memory
+    np.testing.assert_array_equal(compiled(*ARGS), jax.jit(_scaled(7.0))(*ARGS))
+    assert _entries(store) == []
+
+
 def test_a_program_calling_back_into_python_is_not_kept(store, caplog):
     """Its executable points into this process; it is not even tried (no warning)."""
     def program(key, x):

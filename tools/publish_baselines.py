@@ -122,9 +122,13 @@ def main() -> None:
         for sweep in sweeps:
             for agent in agents_for(sweep, agents):
                 print(f"== {agent} on {sweep} ({datetime.datetime.now():%H:%M})", flush=True)
-                subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run", "--agent",
-                                agent, "--sweep", sweep, "--db", args.db, "--quiet",
-                                "--keep-going"], check=False, stdout=subprocess.DEVNULL)
+                done = subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run",
+                                       "--agent", agent, "--sweep", sweep, "--db", args.db,
+                                       "--quiet", "--keep-going"],
+                                      check=False, stdout=subprocess.DEVNULL)
+                if done.returncode:  # a crash prints nothing of its own
+                    print(f"the run of {agent} on {sweep} exited with status "
+                          f"{done.returncode}", flush=True)
                 pack(args.db, agents, sweeps, args.out, args.computed_on)
     else:
         pack(args.db, agents, sweeps, args.out, args.computed_on)
