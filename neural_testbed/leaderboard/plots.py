@@ -239,7 +239,11 @@ def figure_kl_vs_num_train(
                         linewidth=2 if is_base else 1.5, marker="o", markersize=4, capsize=2)
         ax.set_xscale("log")
         ax.set_xlabel("T (training pairs)")
-        ax.set_title(_temperature_title(temperature))
+        title = _temperature_title(temperature)
+        if len(temperatures) > 4:  # narrow panels: regression's six would overlap
+            ax.set_title(title.replace(", ", "\n", 1), fontsize=10)
+        else:
+            ax.set_title(title)
         ax.grid(alpha=0.3)
     real = all(isinstance(t, str) for t in temperatures)  # panels are datasets: NLL
     axes[0].set_ylabel(f"{'NLL' if real else 'd_KL'}^{tau} (mean over seeds)")
