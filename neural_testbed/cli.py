@@ -14,12 +14,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
+
 from neural_testbed import active, base, compilation_cache, generative, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import baselines, correlation, executors, probing
 from neural_testbed.leaderboard import problems as problems_lib
+from neural_testbed.leaderboard import runner
 from neural_testbed.leaderboard import scoring, studies
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard import sweep as sweep_lib
@@ -980,8 +983,6 @@ def _cmd_plot(args) -> int:
         paths.append(plots.figure_testbed_vs_real(records, pathlib.Path(args.out) /
                                                   "figure6b.png"))
     if args.agent:
-        import jax
-
         paths.append(plots.figure_agent_samples(
             jax.random.key(0), spec.make(config), paper[args.problem],
             pathlib.Path(args.out) / "figure5.png"))
@@ -1270,6 +1271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
         memory.keep_freed_memory()  # the command owns its process; see memory.py
         compilation_cache.enable()  # likewise; see compilation_cache.py
+        # Likewise: what is not computed by the leaderboard's runner (probe, xll, plot's
+        # one-problem figures, active learning) multiplies as the runner does.
+        jax.config.update("jax_default_matmul_precision", runner.MATMUL_PRECISION)
         plugins.load_entry_points()
         for module in args.imports:
             plugins.import_agent_module(module)

@@ -30,7 +30,15 @@ from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import predictives
 from neural_testbed.likelihood import kl, regression
 
-__all__ = ["BatchRunner", "accepts_padding", "error_text", "failed_rows", "run_batch"]
+__all__ = ["MATMUL_PRECISION", "BatchRunner", "accepts_padding", "error_text", "failed_rows",
+           "run_batch"]
+
+# Matrix products in full float32 on every device. A GPU's default is TensorFloat-32
+# (10 mantissa bits): the problems' draws then depended on the device, and the GP
+# posteriors' covariances at 100 test inputs in 1-d came out indefinite (oracle_gp failed
+# at tau = 100 on 13 of the 180 `regression` problems on an H200). A CPU multiplies in
+# float32 either way: its rows are unchanged.
+MATMUL_PRECISION = "float32"
 
 log = logging.getLogger(__name__)
 
@@ -296,13 +304,15 @@ def _run_compiled(
 
     ``lock`` guards ``cache``: units computed at once that need the same program compile it
     once (the second waits); other runners' programs compile side by side. A program that
-    factorises runs while no other such program runs (``_FACTORISING``)."""
+    factorises runs while no other such program runs (``_FACTORISING``). Every program
+    multiplies matrices in full float32 (:data:`MATMUL_PRECISION`)."""
     compile_seconds = 0.0
     with lock:
         entry = cache.get(cache_key)
         if entry is None:
             start = time.perf_counter()
-            traced = jax.jit(program).trace(*args)
+            with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
+                traced = jax.jit(program).trace(*args)
             compiled = executable_cache.compile_traced(traced, args)
             guard = _FACTORISING if _factorises(traced) else contextlib.nullcontext()
             compile_seconds = time.perf_counter() - start
