@@ -2,7 +2,8 @@
 # Every GPU measurement, and as many published baseline rows as fit, in one timed run.
 #
 # Not a test. A lent GPU machine is held for minutes, so one script does all of it:
-# first, alone on the device (timings to report): mlp's `paper` sweep cold and warm
+# first, alone on the device: the published rows that failed there before, recomputed
+# (benchmarks/published_failures.py); then (timings to report) mlp's `paper` sweep cold and warm
 # (benchmarks/cold_and_warm.py), again with each of XLA's GPU autotuners off (an unknown
 # flag fails at once) and with all 210 problems in one program (so is sgmcmc, briefly),
 # and mlp's 14-config `smoke` sweep with and without configs batched
@@ -42,6 +43,10 @@ say "start; $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=c
 'sklearn', sklearn.__version__)" 2>&1 | tee -a "$LOG"
 
 if [ "${ALONE:-1}" != 0 ]; then
+  # The published GP rows that failed on an H200 (TensorFloat-32 products then): are they
+  # ok now that every product is full float32?
+  say "== alone on the device: the published rows that failed, recomputed"
+  timeout 150 "$PY" benchmarks/published_failures.py 2>&1 | tee -a "$LOG"
   say "== alone on the device: mlp paper, cold then warm x2"
   until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 2 2>&1 | tee -a "$LOG"
   # A run on the GPU is compile-bound; do XLA's GPU autotuners make most of it? (Same

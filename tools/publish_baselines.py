@@ -55,9 +55,9 @@ def _computed_on() -> str:
 
 
 def pack(db: str, agents, sweeps, out, computed_on: str | None = None) -> None:
-    """Rewrites the table at ``out`` from the store: an (agent, sweep) whose problems are
-    unchanged keeps the provenance it had there; one with new rows is stamped
-    ``computed_on`` (default: this machine, today)."""
+    """Rewrites the table at ``out`` from the store: an (agent, sweep) whose rows are
+    unchanged keeps the provenance it had there; one with new or recomputed rows is
+    stamped ``computed_on`` (default: this machine, today)."""
     with store.ResultsStore(db, create=False) as results:
         rows = results.rows()
     sweep_problems = {s: problems.get_sweep(s) for s in sweeps}
@@ -66,12 +66,18 @@ def pack(db: str, agents, sweeps, out, computed_on: str | None = None) -> None:
     before = {}
     if os.path.exists(out):
         old = baselines.load(out)
-        before = {(p["agent"], p["sweep"]): (p["problems"], p.get("computed", old.computed))
+        sweep_of = {pid: name for name, ids in old.sweeps.items() for pid in ids}
+        rows_before: dict = {}
+        for r in old.rows:
+            rows_before.setdefault((r["agent"], sweep_of.get(r["problem_id"])), set()).add(
+                _fingerprint(r))
+        before = {(p["agent"], p["sweep"]): (rows_before.get((p["agent"], p["sweep"]), set()),
+                                             p.get("computed", old.computed))
                   for p in old.progress}
 
-    def provenance(agent: str, sweep: str, done: int) -> str:
-        problems_before, earlier = before.get((agent, sweep), (None, None))
-        return earlier if problems_before == done else stamp
+    def provenance(agent: str, sweep: str, part: list) -> str:
+        rows_then, earlier = before.get((agent, sweep), (None, None))
+        return earlier if rows_then == {_fingerprint(r) for r in part} else stamp
 
     table = baselines.build_table(rows, sweep_problems, sweep_agents, neural_testbed.__version__,
                                   provenance)
@@ -80,11 +86,18 @@ def pack(db: str, agents, sweeps, out, computed_on: str | None = None) -> None:
     print(f"wrote {out}: {len(table['rows'])} rows; {done}", flush=True)
 
 
+def _fingerprint(row) -> tuple:
+    """What changes when a row is recomputed (its time), or computed anew."""
+    return row["problem_id"], row["tau"], row["timestamp"]
+
+
 def progress_markdown(path) -> str:
     """How far the table at ``path`` got, as the README's Markdown table."""
     published = baselines.load(path)
     sweeps = list(dict.fromkeys(p["sweep"] for p in published.progress))
-    done = {(p["agent"], p["sweep"]): f"{p['problems']} of {p['of']}" for p in published.progress}
+    done = {(p["agent"], p["sweep"]): f"{p['problems']} of {p['of']}"
+            + (f" ({p['failed']} with a failed row)" if p.get("failed") else "")
+            for p in published.progress}
     lines = ["| agent | " + " | ".join(sweeps) + " |", "|---|" + "---|" * len(sweeps)]
     for agent in dict.fromkeys(p["agent"] for p in published.progress):
         lines.append(f"| {agent} | " + " | ".join(done.get((agent, s), "-") for s in sweeps)

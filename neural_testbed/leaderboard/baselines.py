@@ -53,7 +53,8 @@ class Published:
     rows: tuple[dict[str, Any], ...]
     # problem id -> (key_seed, num_test, num_samples, taus): the definition it was computed on
     definitions: Mapping[str, tuple]
-    # per (agent, sweep): problems done of the sweep's, and where and when ("computed")
+    # per (agent, sweep): problems done of the sweep's, how many of them with a failed row
+    # ("failed", absent from tables before 2026-11-27), and where and when ("computed")
     progress: tuple[dict[str, Any], ...]
     sweeps: Mapping[str, frozenset] = dataclasses.field(default_factory=dict)  # sweep -> ids
 
@@ -84,11 +85,12 @@ def _problem_signature(problem) -> tuple:
 
 def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[str, Any]],
                 agents: Mapping[str, Sequence[str]], package_version: str,
-                computed: str | Callable[[str, str, int], str]) -> dict[str, Any]:
+                computed: str | Callable[[str, str, list], str]) -> dict[str, Any]:
     """The table of the default-config rows (agent seed 0, estimator "auto") of
     ``agents[sweep]`` on each of ``sweeps`` (name -> problems), with each problem's
-    definition and each (agent, sweep)'s progress and provenance (``computed``: one
-    line for all, or a function of (agent, sweep, problems done))."""
+    definition and each (agent, sweep)'s progress (problems with rows, and how many of
+    them have a failed row) and provenance (``computed``: one line for all, or a function
+    of (agent, sweep, that part's rows))."""
     problems = {pid: p for sweep in sweeps.values() for pid, p in sweep.items()}
     names = {name for sweep_agents in agents.values() for name in sweep_agents}
     wanted = {name: configs_lib.config_hash(name, registry.get_agent(name).default)
@@ -101,12 +103,12 @@ def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[
     progress = []
     for sweep_name, sweep in sweeps.items():
         for name in agents[sweep_name]:
-            done = {r["problem_id"] for r in kept
-                    if r["agent"] == name and r["problem_id"] in sweep}
-            stamp = (computed if isinstance(computed, str)
-                     else computed(name, sweep_name, len(done)))
+            part = [r for r in kept if r["agent"] == name and r["problem_id"] in sweep]
+            done = {r["problem_id"] for r in part}
+            failed = {r["problem_id"] for r in part if r["status"] != "ok"}
+            stamp = computed if isinstance(computed, str) else computed(name, sweep_name, part)
             progress.append({"agent": name, "sweep": sweep_name, "problems": len(done),
-                             "of": len(sweep), "computed": stamp})
+                             "failed": len(failed), "of": len(sweep), "computed": stamp})
     for r in kept:  # the scalars `leaderboard --metrics` reads; not the per-bin arrays,
         if r.get("diagnostics"):  # which would make the table 19 times larger
             r["diagnostics"] = json.dumps(

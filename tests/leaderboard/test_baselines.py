@@ -2,7 +2,9 @@
 
 import dataclasses
 import gzip
+import importlib.util
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -39,8 +41,8 @@ def test_the_table_round_trips_and_says_how_far_it_got(published, mlp_rows):
     assert loaded.version == "baselines v1, neural-testbed 0.1.0"
     assert sorted((r["problem_id"], r["tau"], r["kl"]) for r in loaded.rows) == sorted(
         (r["problem_id"], r["tau"], r["kl"]) for r in mlp_rows)
-    assert {(p["agent"], p["problems"], p["of"]) for p in loaded.progress} == {
-        ("mlp", 4, 4), ("ensemble", 0, 4)}
+    assert {(p["agent"], p["problems"], p["failed"], p["of"]) for p in loaded.progress} == {
+        ("mlp", 4, 0, 4), ("ensemble", 0, 0, 4)}
     # The scalar diagnostics `leaderboard --metrics` reads are kept, the per-bin arrays not.
     kept = json.loads(loaded.rows[0]["diagnostics"])
     assert "mutual_information" in kept and "reliability" not in kept
@@ -160,3 +162,30 @@ def test_the_shipped_table_is_of_todays_problems_and_default_configs():
         assert r["config_hash"] == store.config_hash(r["agent"], spec.default), r["agent"]
     progress = {(p["agent"], p["sweep"]): (p["problems"], p["of"]) for p in shipped.progress}
     assert progress[("mlp", "paper")] == (210, 210)
+
+
+def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path, mlp_rows):
+    """The progress says how many problems have a failed row (oracle_gp's GPU rows had 13
+    unnoticed); a part whose rows were recomputed (same problems, new times) is stamped
+    with where it was recomputed, and an unchanged part keeps its stamp."""
+    spec = importlib.util.spec_from_file_location(
+        "publish_baselines", pathlib.Path(__file__).parents[2] / "tools/publish_baselines.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    db, out = str(tmp_path / "store.db"), tmp_path / "table.json.gz"
+    failed = {**mlp_rows[0], "status": "failed", "kl": None, "error": "NaN logits"}
+    with store.ResultsStore(db) as results:
+        results.merge([failed] + mlp_rows[1:])
+    tool.pack(db, ["mlp"], ["smoke"], out, "on machine A")
+    (part,) = baselines.load(out).progress
+    assert (part["problems"], part["failed"], part["computed"]) == (4, 1, "on machine A")
+    assert "4 of 4 (1 with a failed row)" in tool.progress_markdown(out)
+    tool.pack(db, ["mlp"], ["smoke"], out, "on machine B")  # nothing new
+    assert baselines.load(out).progress[0]["computed"] == "on machine A"
+    recomputed = str(tmp_path / "recomputed.db")  # the store after recomputing that row
+    with store.ResultsStore(recomputed) as results:
+        results.merge([{**mlp_rows[0], "timestamp": "2026-11-28T00:00:00+00:00"}]
+                      + mlp_rows[1:])
+    tool.pack(recomputed, ["mlp"], ["smoke"], out, "on machine B")
+    (part,) = baselines.load(out).progress
+    assert (part["problems"], part["failed"], part["computed"]) == (4, 0, "on machine B")
