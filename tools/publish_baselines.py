@@ -3,7 +3,8 @@
 Not part of the package: the maintainers' way to (re)make
 ``neural_testbed/leaderboard/published_baselines.json.gz``. The rows are computed by
 the project's own command, ``neural-testbed run --agent A --sweep S`` (each agent's
-default config), into one results store, which resumes where it stopped. After each
+default config), into one results store, which resumes where it stopped (and
+computes again the problems whose rows failed: a failure may be the device's). After each
 (agent, sweep) the table is rewritten from the store, with how many problems of
 each sweep every agent has, so a partial table is always consistent and can be
 committed as it grows. On a new machine, ``--resume-from-table`` first fills a new
@@ -137,7 +138,7 @@ def main() -> None:
                 print(f"== {agent} on {sweep} ({datetime.datetime.now():%H:%M})", flush=True)
                 done = subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run",
                                        "--agent", agent, "--sweep", sweep, "--db", args.db,
-                                       "--quiet", "--keep-going"],
+                                       "--quiet", "--keep-going", "--retry-failed"],
                                       check=False, stdout=subprocess.DEVNULL)
                 if done.returncode:  # a crash prints nothing of its own
                     print(f"the run of {agent} on {sweep} exited with status "
