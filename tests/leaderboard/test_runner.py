@@ -179,9 +179,9 @@ def test_programs_that_factorise_run_one_at_a_time():
 
 def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
     """A GPU multiplies float32 matrices in TensorFloat-32 unless told otherwise: problems'
-    draws then depend on the device, and GP posteriors at 100 inputs in 1-d came out
-    indefinite. Every product the runner traces (building, training, evaluating) asks for
-    full float32 (a CPU computes that anyway, so this is checked in the programs' text)."""
+    draws then depend on the device. Every product the runner traces (building, training,
+    evaluating) asks for full float32 (a CPU computes that anyway, so this is checked in
+    the programs' text)."""
     jaxprs = []
     compile_traced = runner.executable_cache.compile_traced
 
@@ -190,8 +190,15 @@ def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
         return compile_traced(traced, args)
 
     monkeypatch.setattr(runner.executable_cache, "compile_traced", recording)
-    leaderboard.run_agent(FAST_MLP, _small(["classification_2d/90"], num_test=20,
-                                           num_samples=10), "mlp", progress=False)
+    # The command sets it for its whole process: a command run earlier in this process
+    # must not make this pass without the runner's own setting.
+    previous = jax.config.jax_default_matmul_precision
+    jax.config.update("jax_default_matmul_precision", None)
+    try:
+        leaderboard.run_agent(FAST_MLP, _small(["classification_2d/90"], num_test=20,
+                                               num_samples=10), "mlp", progress=False)
+    finally:
+        jax.config.update("jax_default_matmul_precision", previous)
     products = sum(text.count("dot_general[") for text in jaxprs)
     assert len(jaxprs) >= 3 and products > 0  # build, train, evaluate
     assert sum(text.count("precision=(Precision.HIGHEST, Precision.HIGHEST)")
