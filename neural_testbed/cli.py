@@ -1271,9 +1271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
         memory.keep_freed_memory()  # the command owns its process; see memory.py
         compilation_cache.enable()  # likewise; see compilation_cache.py
-        # Likewise: what is not computed by the leaderboard's runner (probe, xll, plot's
-        # one-problem figures, active learning) multiplies as the runner does.
-        jax.config.update("jax_default_matmul_precision", runner.MATMUL_PRECISION)
+        runner.use_full_float32_products()  # likewise; see runner.MATMUL_PRECISION
         plugins.load_entry_points()
         for module in args.imports:
             plugins.import_agent_module(module)

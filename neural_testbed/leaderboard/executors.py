@@ -140,8 +140,8 @@ def compute_unit(unit: WorkUnit, agent: base.Agent | None = None) -> list[base.P
 def _init_worker(imports: Sequence[str]) -> None:
     """Spawned workers start empty: register plug-in and --import agents again.
 
-    A worker process is ours, so it also gets the evaluator's allocator tuning
-    and the persistent compilation cache the command uses.
+    A worker process is ours, so it also gets the evaluator's allocator tuning,
+    the persistent compilation cache and the full-float32 products the command uses.
     It ignores SIGINT: Ctrl-C reaches the whole process group, and the driver
     alone handles it (it stops the workers and reports once). The worker was
     started with SIGINT blocked (see :func:`_sigint_blocked`), so a Ctrl-C
@@ -152,6 +152,7 @@ def _init_worker(imports: Sequence[str]) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     memory.keep_freed_memory()
     compilation_cache.enable()
+    runner.use_full_float32_products()  # as the command's own process
     plugins.load_entry_points()
     for module in imports:
         plugins.import_agent_module(module)

@@ -31,7 +31,7 @@ from neural_testbed.leaderboard import predictives
 from neural_testbed.likelihood import kl, regression
 
 __all__ = ["MATMUL_PRECISION", "BatchRunner", "accepts_padding", "error_text", "failed_rows",
-           "run_batch"]
+           "run_batch", "use_full_float32_products"]
 
 # Matrix products in full float32 on every device. A GPU's default is TensorFloat-32
 # (10 mantissa bits): the problems' draws then depended on the device, and the GP
@@ -39,6 +39,13 @@ __all__ = ["MATMUL_PRECISION", "BatchRunner", "accepts_padding", "error_text", "
 # at tau = 100 on 13 of the 180 `regression` problems on an H200). A CPU multiplies in
 # float32 either way: its rows are unchanged.
 MATMUL_PRECISION = "float32"
+
+
+def use_full_float32_products() -> None:
+    """Makes :data:`MATMUL_PRECISION` this process's default, for what the runner does not
+    trace itself (probe, xll, plots' one-problem figures): only for processes the command
+    owns (its own and its workers), as it is a process-wide JAX setting."""
+    jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION)
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +199,8 @@ class BatchRunner:
                 if self._values:  # [problems, configs, ...]: this config's
                     ev = jax.tree.map(lambda a, c=c: a[:, c], ev)
                 if isinstance(ev.diagnostics, diagnostics.Inputs):  # classification
-                    ev = ev._replace(diagnostics=diagnostics.summarise_batch(ev.diagnostics))
+                    with jax.default_matmul_precision(MATMUL_PRECISION):
+                        ev = ev._replace(diagnostics=diagnostics.summarise_batch(ev.diagnostics))
                 of_config[tau, estimator] = ev, eval_run / shares
             rows += [self._row(p, tau, estimator, ev, i, c, (build_run + train_run) / shares,
                                compile_seconds / shares, eval_seconds)
