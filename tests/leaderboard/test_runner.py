@@ -190,6 +190,13 @@ def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
         return compile_traced(traced, args)
 
     monkeypatch.setattr(runner.executable_cache, "compile_traced", recording)
+    summarise, in_effect = runner.diagnostics.summarise_batch, []
+
+    def summarise_noting(inputs):  # jitted apart from the runner's programs
+        in_effect.append(jax.config.jax_default_matmul_precision)
+        return summarise(inputs)
+
+    monkeypatch.setattr(runner.diagnostics, "summarise_batch", summarise_noting)
     # The command sets it for its whole process: a command run earlier in this process
     # must not make this pass without the runner's own setting.
     previous = jax.config.jax_default_matmul_precision
@@ -203,3 +210,4 @@ def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
     assert len(jaxprs) >= 3 and products > 0  # build, train, evaluate
     assert sum(text.count("precision=(Precision.HIGHEST, Precision.HIGHEST)")
                for text in jaxprs) == products
+    assert in_effect and set(in_effect) == {runner.MATMUL_PRECISION}
