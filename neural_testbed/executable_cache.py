@@ -11,8 +11,9 @@ another jaxpr, so an entry is never stale. A program that calls back into
 Python is not kept: its executable points into the process that compiled it.
 Only a program XLA compiled in this call is written out: one that JAX loaded from
 its own cache, or handed out again from memory after loading it, cannot be written
-out whole (the next process fails to run it, or crashes); it is lowered and loaded
-as before.
+out whole (the next process fails to run it, "Function ... not found"); it is lowered
+and loaded as before. Before the first load, LAPACK is set up as lowering would
+(:func:`_initialise_lapack`).
 
 It is on only where the command turns the persistent cache on (:func:`use`, from
 ``compilation_cache.enable``), in that cache's ``executables`` folder, which keeps
@@ -37,6 +38,7 @@ from typing import Any
 import jax
 import jax.extend
 import jax.monitoring
+import jax.numpy as jnp
 import jaxlib
 import numpy as np
 from jax.experimental import serialize_executable
@@ -47,7 +49,7 @@ MAX_BYTES = 1 << 30  # 1 GiB
 _SUFFIX = ".executable"
 _STALE_PARTIAL_SECONDS = 3600  # a partial write this old was left by a killed process
 # In every key: entries of an earlier format are never loaded again (format 1 could hold an
-# executable JAX had loaded from its own cache, which crashed the process that ran it).
+# executable JAX had loaded from its own cache, which fails to run in another process).
 _FORMAT = "2"
 
 _log = logging.getLogger(__name__)
@@ -93,12 +95,13 @@ def compile_traced(traced: Any, args: tuple) -> Any:
     path = os.path.join(directory, key + _SUFFIX)
     compiled = _load(path)
     if compiled is not None:
+        _initialise_lapack()
         return _Loaded(compiled, traced, path)
     _compiling.compiled = _compiling.loaded = False
     compiled = traced.lower().compile()
     # An executable JAX loaded from its own cache, at once or from memory later, is written
-    # out without its compiled functions: the next process fails to run it ("Function ...
-    # not found") or crashes, so only what XLA compiled here is kept.
+    # out without its compiled functions (the next process fails to run it, "Function ...
+    # not found"), so only what XLA compiled here is kept.
     if _compiling.compiled and not _compiling.loaded:
         _save(path, compiled)
     return compiled
@@ -127,6 +130,15 @@ class _Loaded:
             result = self._compiled(*args)
         self._ran = True
         return result
+
+
+@functools.cache
+def _initialise_lapack() -> None:
+    """jaxlib points its LAPACK kernels at SciPy's when it first lowers a factorisation;
+    an executable loaded whole was never lowered here, and one that factorises called
+    through null pointers (a segmentation fault, the first program of a process). One
+    1x1 Cholesky lowered (not compiled) does it, once a process."""
+    jax.jit(jnp.linalg.cholesky).trace(jax.ShapeDtypeStruct((1, 1), jnp.float32)).lower()
 
 
 def _key(traced, args) -> str | None:

@@ -6,6 +6,7 @@ the folder keeps the most recently used executables within its limit."""
 
 import logging
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -33,7 +34,9 @@ def store(tmp_path, monkeypatch):
 
 @pytest.fixture
 def lowerings(monkeypatch):
-    """Counts the programs lowered to XLA (the step a cached executable skips)."""
+    """Counts the programs lowered to XLA (the step a cached executable skips), apart from
+    the one-off factorisation lowered to set up LAPACK before the first load."""
+    executable_cache._initialise_lapack()
     count = []
     lower = jax.stages.Traced.lower
 
@@ -122,8 +125,7 @@ def test_a_program_jax_loaded_from_its_own_cache_is_not_written_out(store, monke
                     reason="JAX's persistent cache is off")
 def test_a_program_jax_loaded_then_found_in_memory_is_not_written_out(store, monkeypatch):
     """JAX keeps what it loaded in memory too, and hands it out again without any event;
-    written out then, its executable crashed the next process (a segmentation fault in
-    ensemble+'s regression sweep)."""
+    written out then, its executable fails to run in the next process."""
     monkeypatch.setattr(executable_cache, "_directory", None)
     executable_cache.compile_program(_scaled(7.0), ARGS)  # into JAX's cache only
     monkeypatch.setattr(executable_cache, "_directory", str(store))
@@ -176,3 +178,26 @@ def test_the_least_recently_used_entries_go_first_beyond_the_limit(store, monkey
     executable_cache._evict(str(store))
     assert [p.name for p in _entries(store)] == ["c.executable", "d.executable"]
     assert not old.exists() and fresh.exists()  # a partial write may still be going on
+
+
+_FACTORISING_PROGRAM = """
+import subprocess
+import sys
+import jax.numpy as jnp
+from neural_testbed import compilation_cache, executable_cache
+compilation_cache.enable({"NEURAL_TESTBED_CACHE_DIR": sys.argv[1]})
+compiled = executable_cache.compile_program(
+    lambda x: jnp.linalg.cholesky(x @ x.T + 3.0 * jnp.eye(5)).sum(), (jnp.ones((5, 5)),))
+print(type(compiled).__name__, float(compiled(jnp.ones((5, 5)))))
+"""
+
+
+def test_a_kept_factorisation_runs_as_the_first_program_of_a_new_process(tmp_path):
+    """jaxlib finds its LAPACK kernels when it first lowers a factorisation: a kept
+    executable that factorises, run before anything was lowered, crashed its process
+    (a segmentation fault, in ensemble+'s and gp's regression sweeps)."""
+    runs = [subprocess.run([sys.executable, "-c", _FACTORISING_PROGRAM, str(tmp_path)],
+                           capture_output=True, text=True, timeout=300) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[1].stderr[-500:]
+    (fresh, kind_1), (loaded, kind_2) = (r.stdout.split() for r in runs)
+    assert (fresh, loaded) == ("Compiled", "_Loaded") and kind_1 == kind_2
