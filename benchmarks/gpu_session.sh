@@ -46,7 +46,7 @@ if [ "${ALONE:-1}" != 0 ]; then
   # The published GP rows that failed on an H200 (TensorFloat-32 products then): are they
   # ok now that every product is full float32?
   say "== alone on the device: the published rows that failed, recomputed"
-  timeout 200 "$PY" benchmarks/published_failures.py --agents oracle_gp gp --problems h200 \
+  timeout 120 "$PY" benchmarks/published_failures.py --agents oracle_gp gp --problems h200 \
     2>&1 | tee -a "$LOG"
   say "== alone on the device: mlp paper, cold then warm x2"
   until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 2 2>&1 | tee -a "$LOG"
