@@ -103,6 +103,21 @@ def test_different_indices_give_different_logits_and_spread_grows_with_prior_sca
     assert spreads[1] > 2 * spreads[0] and spreads[2] > 2 * spreads[1], spreads
 
 
+@pytest.mark.parametrize("hidden", [(15, 15), (7,), ()])
+def test_projection_is_the_mlp_on_index_and_features_times_the_index(hidden):
+    # The projection computes what depends on z alone once per index; it must be the
+    # definition: an MLP on [z, features] whose [K, D] output multiplies z.
+    index_dim, feature_dim, num_classes = 4, 9, 3
+    params = networks.init_mlp(jax.random.key(0), index_dim + feature_dim,
+                               (*hidden, num_classes * index_dim))
+    features = jax.random.normal(jax.random.key(1), (6, feature_dim))
+    z = jax.random.normal(jax.random.key(2), (index_dim,))
+    inputs = np.concatenate([np.broadcast_to(z, (6, index_dim)), features], axis=-1)
+    expected = networks.apply_mlp(params, inputs).reshape(6, num_classes, index_dim) @ z
+    np.testing.assert_allclose(epinet._project(params, features, z), expected,
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_index_is_standard_gaussian():
     n, k = 4000, 8
     zs = np.asarray(_indices(7, n, k))
