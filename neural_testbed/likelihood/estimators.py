@@ -101,6 +101,17 @@ def _segment_logsumexp(values: jax.Array, segments: jax.Array, num_segments: int
     return jnp.log(total) + peak
 
 
+def _cell_sums(values: jax.Array, cell: jax.Array, num_cells: int) -> jax.Array:
+    """The sums of ``values [members, n]`` over each cell's members: ``[cells, n]``.
+
+    On a CPU a scatter-add (with 1024 cells, the real sweep's, 65x faster there than the
+    one-hot matrix product). Elsewhere the matrix product: a GPU adds a scatter with
+    atomics, in an order, and so with a rounding, that changes from run to run."""
+    if jax.default_backend() == "cpu":
+        return jax.ops.segment_sum(values, cell, num_cells)
+    return jax.nn.one_hot(cell, num_cells, dtype=values.dtype).T @ values
+
+
 def partition_log_likelihood(
     key: jax.Array,
     log_probs: jax.Array,
@@ -177,14 +188,13 @@ def partition_log_likelihood_and_cells(
         label_log_probs = jnp.clip(label_log_probs, floor, log_ndtr(probit_clip))
         # With the floor, every term w_m p_{m,t} / max_m' p_{m',t} is at least
         # Phi(-c) / M (about 3e-10 for M = 1000), so one shift per t serves
-        # every cell and the cell sums are one matmul, exactly as a per-cell
-        # log-sum-exp but without a scatter per test sample.
+        # every cell and the cell sums are plain sums, exactly as a per-cell
+        # log-sum-exp but without a maximum per cell.
         weights = jnp.exp(log_weights)  # [members]
         drawn = weights[:, None] > 0
         shift = jnp.max(jnp.where(drawn, label_log_probs, floor), axis=0)  # [tau]
         scaled = jnp.where(drawn, jnp.exp(label_log_probs - shift), 0.0) * weights[:, None]
-        membership = jax.nn.one_hot(cell, num_cells)  # [members, cells]
-        sums = membership.T @ jnp.concatenate([weights[:, None], scaled], axis=1)
+        sums = _cell_sums(jnp.concatenate([weights[:, None], scaled], axis=1), cell, num_cells)
         cell_log_weight = jnp.log(sums[:, 0])  # [cells], -inf where empty
         cell_log_sum = jnp.log(sums[:, 1:]) + shift
         # The reference's (sum + 1e-6) / (count + 1e-6), in units of samples.

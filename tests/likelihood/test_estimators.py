@@ -147,6 +147,21 @@ def test_partition_is_exact_when_every_member_has_its_own_cell():
     assert distinct_keys >= 10  # the check above really ran
 
 
+def test_cell_sums_add_each_cells_members_and_leave_empty_cells_zero():
+    # 1000 members in 1024 cells (the real sweep's 10 hyperplanes): every cell's sum is
+    # its members' sum, an empty cell's exactly 0 (its log is -inf: an empty cell).
+    rng = np.random.default_rng(0)
+    cell = rng.integers(0, 1024, size=1000)
+    values = rng.uniform(size=(1000, 5)).astype(np.float32)
+    expected = np.zeros((1024, 5))
+    np.add.at(expected, cell, values)
+    got = np.asarray(likelihood.estimators._cell_sums(jnp.asarray(values), jnp.asarray(cell),
+                                                        1024))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    empty = np.setdiff1d(np.arange(1024), cell)
+    assert empty.size > 0 and np.all(got[empty] == 0)
+
+
 def test_partition_merges_members_in_one_cell_by_averaging():
     """With all members in one cell, Algorithm 4 is the product of the averaged probabilities."""
     log_probs = _log_probs_from_p1(np.array([[0.6, 0.6], [0.61, 0.61]]))  # nearly identical
