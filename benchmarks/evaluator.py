@@ -1,7 +1,8 @@
 """Seconds per evaluation of the KL estimator, compiled, at tau = 1 and tau = 100.
 
-Not a test. Three belief representations on one random-MLP problem
-(temperature 0.1, T = 10), N = M = 1000:
+Not a test. Three belief representations on one problem (by default the random-MLP
+problem ``classification_2d/97``, temperature 0.1, T = 10; ``--problem digits/0`` for
+a real one: K = 10 classes, Algorithm 4 with its 10 hyperplanes), N = M = 1000:
 
 - ``single``: one network (``num_indices=1``, the mlp agent's case);
 - ``ensemble100``: a 100-member ensemble of linear classifiers (a finite index);
@@ -12,7 +13,7 @@ Each evaluation is compiled once and then timed ``--repeats`` times; the
 median is printed.
 
 Usage:
-  PYTHONPATH=. python benchmarks/evaluator.py [--repeats 5]
+  PYTHONPATH=. python benchmarks/evaluator.py [--repeats 5] [--problem digits/0]
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from neural_testbed import base, leaderboard, likelihood, memory
 _HIDDEN = 50
 
 
-def _enns(key):
-    """(name, enn, state) of the three belief representations."""
+def _enns(key, d, k):
+    """(name, enn, state) of the three belief representations, for inputs of dimension d
+    and k classes."""
     k1, k2, k3 = jax.random.split(key, 3)
-    d, k = 2, 2
     single = base.ENN(
         apply=lambda w, x, i: jnp.tanh(x @ w[0]) @ w[1],
         sample_index=lambda key: jnp.zeros((), jnp.int32), num_indices=1)
@@ -51,23 +52,32 @@ def _enns(key):
             ("continuous", continuous, continuous_state)]
 
 
-def _problem_test_samples(key, tau):
-    problem = leaderboard.get_sweep("paper")["classification_2d/97"]
-    return problem.sample_test(key, problem.instance().env, tau), problem.num_classes
+def _find_problem(problem_id: str):
+    for sweep in ("paper", "real"):
+        problems = leaderboard.get_sweep(sweep)
+        if problem_id in problems:
+            return problems[problem_id]
+    raise SystemExit(f"no problem {problem_id!r} in the paper or real sweep")
 
 
 def main() -> None:
     memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--problem", default="classification_2d/97")
     args = parser.parse_args()
+    problem = _find_problem(args.problem)
+    env = problem.instance().env
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, load average "
           f"{os.getloadavg()[0]:.1f}, jax {jax.__version__} on {jax.devices()[0].platform}")
+    print(f"problem {problem.problem_id}: d = {problem.input_dim}, K = {problem.num_classes}, "
+          f"{problem.num_hyperplanes} hyperplanes")
     print(f"{'belief':<14}{'tau':>5}{'median s':>10}{'kl':>10}{'stderr':>9}")
-    for name, enn, state in _enns(jax.random.key(0)):
+    for name, enn, state in _enns(jax.random.key(0), problem.input_dim, problem.num_classes):
         for tau in (1, 100):
-            test, num_classes = _problem_test_samples(jax.random.key(1), tau)
-            evaluate = jax.jit(likelihood.make_evaluator(enn, tau, num_classes))
+            test = problem.sample_test(jax.random.key(1), env, tau)
+            evaluate = jax.jit(likelihood.make_evaluator(
+                enn, tau, problem.num_classes, num_hyperplanes=problem.num_hyperplanes))
             result = jax.block_until_ready(evaluate(jax.random.key(2), state, test))
             seconds = []
             for r in range(args.repeats):
