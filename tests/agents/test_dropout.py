@@ -64,14 +64,17 @@ def test_masks_drop_a_fraction_p_and_keep_the_mean():
     assert dropout._draw_masks(jax.random.key(0), params, p, False, ())[0] is None
 
 
-def test_one_mask_for_every_input_is_the_same_network_as_that_mask_on_each_input(trained):
-    """A [width] mask scales weight rows (the evaluator's fast form); the same mask given
-    per input ([n, width]) scales activations. Both are one network: equal to float32
-    rounding (x * m) @ w vs x @ (m * w)."""
+@pytest.mark.parametrize("num_inputs", [2, 40, 101])
+def test_one_mask_for_every_input_is_the_same_network_as_that_mask_on_each_input(
+        trained, num_inputs):
+    """A [width] mask scales weight rows where they are the smaller (the evaluator's fast
+    form: fan-out <= n, so every layer at 101 inputs, only the last at 2); the same mask
+    given per input ([n, width]) scales activations. Both are one network: equal to
+    float32 rounding (x * m) @ w vs x @ (m * w)."""
     _, _, _, _, params, _ = trained
-    x = jax.random.normal(jax.random.key(3), (40, 2))
+    x = jax.random.normal(jax.random.key(3), (num_inputs, 2))
     one = dropout._draw_masks(jax.random.key(5), params, 0.3, True, ())
-    per_input = [jnp.broadcast_to(m, (40, *m.shape)) for m in one]
+    per_input = [jnp.broadcast_to(m, (num_inputs, *m.shape)) for m in one]
     np.testing.assert_allclose(dropout._apply_with_masks(params, x, one),
                                dropout._apply_with_masks(params, x, per_input),
                                rtol=1e-5, atol=1e-5)
