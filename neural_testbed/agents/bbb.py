@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import optax
 
 from neural_testbed import base, networks
-from neural_testbed.agents import training, validation
+from neural_testbed.agents import _threefry, training, validation
 
 __all__ = [
     "BBBConfig",
@@ -110,8 +110,11 @@ class Posterior(NamedTuple):
 
 
 def sample_weights(key: jax.Array, posterior: Posterior) -> networks.MLPParams:
-    """One network from the posterior: ``mu + softplus(rho) * eps``, ``eps ~ N(0, I)``."""
-    eps = optax.tree.random_like(key, posterior.mean, jax.random.normal)
+    """One network from the posterior: ``mu + softplus(rho) * eps``, ``eps ~ N(0, I)``.
+
+    ``eps`` is drawn through :func:`_threefry.fast_key`: the same numbers, drawn faster
+    on a CPU (an evaluation draws 10^6 networks)."""
+    eps = optax.tree.random_like(_threefry.fast_key(key), posterior.mean, jax.random.normal)
     return jax.tree.map(
         lambda mu, rho, e: mu + jax.nn.softplus(rho) * e, posterior.mean, posterior.rho, eps
     )

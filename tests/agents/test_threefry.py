@@ -15,7 +15,8 @@ import optax
 import pytest
 from jax.extend import random as jex_random
 
-from neural_testbed.agents import _threefry, sgmcmc
+from neural_testbed import networks
+from neural_testbed.agents import _threefry, bbb, sgmcmc
 
 
 @pytest.mark.parametrize("shape", [(), (3, 7), (2802,)])
@@ -103,3 +104,19 @@ def test_langevin_noise_is_the_same_with_and_without_the_helper():
     plain = noise(lambda key: key)
     for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(plain)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_bbb_draws_its_networks_exactly_and_on_the_fast_path():
+    """bbb's belief samples (10^6 networks an evaluation) go through the helper: the
+    same weights as the plain key's draw, and on a CPU no rolled hash loop."""
+    mean = networks.init_mlp(jax.random.key(1), 4, (50, 50, 3))
+    posterior = bbb.Posterior(mean, jax.tree.map(lambda m: jnp.full_like(m, -3.0), mean))
+    key = jax.random.key(4)
+    eps = optax.tree.random_like(key, mean, jax.random.normal)
+    expected = jax.tree.map(lambda m, e: m + jax.nn.softplus(-3.0) * e, mean, eps)
+    for got, want in zip(jax.tree.leaves(jax.jit(bbb.sample_weights)(key, posterior)),
+                         jax.tree.leaves(expected)):
+        np.testing.assert_array_equal(got, want)
+    if jax.default_backend() == "cpu":
+        hlo = jax.jit(bbb.sample_weights).lower(key, posterior).compile().as_text()
+        assert not re.findall(r"\bwhile\(", hlo)
