@@ -156,11 +156,11 @@ def _project(params: networks.MLPParams, features: jax.Array, z: jax.Array) -> j
 
     Written so that what depends on ``z`` alone is computed once per index, not once
     per input: the first layer's ``z`` part, and the last layer contracted with ``z``
-    before it meets the inputs. The same function; an evaluation (a thousand indices
-    over the same inputs) does 2.4-3.4x less work."""
+    before it meets the inputs. The same function; where a thousand indices meet the same
+    inputs (an evaluation) 2.4-3.4x faster on a CPU."""
     index_dim = z.shape[0]
     *hidden, last = params
-    w_last = last["w"].reshape(last["w"].shape[0], -1, index_dim) @ z  # [inputs, K]
+    w_last = last["w"].reshape(last["w"].shape[0], -1, index_dim) @ z  # [fan_in, K]
     b_last = last["b"].reshape(-1, index_dim) @ z  # [K]
     if not hidden:
         return features @ w_last[index_dim:] + (z @ w_last[:index_dim] + b_last)
