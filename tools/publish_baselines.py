@@ -93,16 +93,29 @@ def _fingerprint(row) -> tuple:
 
 
 def progress_markdown(path) -> str:
-    """How far the table at ``path`` got, as the README's Markdown table."""
+    """How far the table at ``path`` got, as the README's Markdown table: each part with
+    rows names, by a letter, the note under the table that says where it was computed."""
     published = baselines.load(path)
     sweeps = list(dict.fromkeys(p["sweep"] for p in published.progress))
-    done = {(p["agent"], p["sweep"]): f"{p['problems']} of {p['of']}"
-            + (f" ({p['failed']} with a failed row)" if p.get("failed") else "")
-            for p in published.progress}
+    stamps = list(dict.fromkeys(p.get("computed", published.computed)
+                                for p in published.progress if p["problems"]))
+    letters = {stamp: chr(ord("a") + i) for i, stamp in enumerate(stamps)}
+
+    def cell(p) -> str:
+        text = f"{p['problems']} of {p['of']}"
+        if p.get("failed"):
+            text += f" ({p['failed']} with a failed row)"
+        if p["problems"]:
+            text += f" ({letters[p.get('computed', published.computed)]})"
+        return text
+
+    done = {(p["agent"], p["sweep"]): cell(p) for p in published.progress}
     lines = ["| agent | " + " | ".join(sweeps) + " |", "|---|" + "---|" * len(sweeps)]
     for agent in dict.fromkeys(p["agent"] for p in published.progress):
         lines.append(f"| {agent} | " + " | ".join(done.get((agent, s), "-") for s in sweeps)
                      + " |")
+    lines.append("")
+    lines.extend(f"- ({letters[stamp]}) {stamp}" for stamp in stamps)
     return "\n".join(lines)
 
 

@@ -167,7 +167,8 @@ def test_the_shipped_table_is_of_todays_problems_and_default_configs():
 def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path, mlp_rows):
     """The progress says how many problems have a failed row (oracle_gp's GPU rows had 13
     unnoticed); a part whose rows were recomputed (same problems, new times) is stamped
-    with where it was recomputed, and an unchanged part keeps its stamp."""
+    with where it was recomputed, and an unchanged part keeps its stamp; the README's table
+    names each part's stamp by a letter."""
     spec = importlib.util.spec_from_file_location(
         "publish_baselines", pathlib.Path(__file__).parents[2] / "tools/publish_baselines.py")
     tool = importlib.util.module_from_spec(spec)
@@ -179,7 +180,9 @@ def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path,
     tool.pack(db, ["mlp"], ["smoke"], out, "on machine A")
     (part,) = baselines.load(out).progress
     assert (part["problems"], part["failed"], part["computed"]) == (4, 1, "on machine A")
-    assert "4 of 4 (1 with a failed row)" in tool.progress_markdown(out)
+    markdown = tool.progress_markdown(out)  # each part names its note on where it was computed
+    assert "| mlp | 4 of 4 (1 with a failed row) (a) |" in markdown
+    assert markdown.endswith("\n- (a) on machine A")
     tool.pack(db, ["mlp"], ["smoke"], out, "on machine B")  # nothing new
     assert baselines.load(out).progress[0]["computed"] == "on machine A"
     recomputed = str(tmp_path / "recomputed.db")  # the store after recomputing that row
@@ -189,3 +192,4 @@ def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path,
     tool.pack(recomputed, ["mlp"], ["smoke"], out, "on machine B")
     (part,) = baselines.load(out).progress
     assert (part["problems"], part["failed"], part["computed"]) == (4, 0, "on machine B")
+    assert tool.progress_markdown(out).endswith("| mlp | 4 of 4 (a) |\n\n- (a) on machine B")
