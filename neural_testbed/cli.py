@@ -924,9 +924,9 @@ def _cmd_reproduce(args) -> int:
     published = baselines.load()
     sample = baselines.reproduce_sample(published, args.agent, problems, args.problems)
     if not sample:
-        covered = sorted({r["agent"] for r in published.rows})
+        covered = sorted({r["agent"] for r in published.rows if r["problem_id"] in problems})
         raise ValueError(f"the published baseline results ({published.version}) have no rows "
-                         f"of {args.agent!r} on the {args.sweep} sweep; they cover "
+                         f"of {args.agent!r} on the {args.sweep} sweep; on it they have "
                          f"{', '.join(covered) or 'no agent yet'}")
     rows, _ = baselines.rows_for(published, [args.agent], {p.problem_id: p for p in sample})
     default_hash = store_lib.config_hash(args.agent, spec.default)

@@ -144,7 +144,8 @@ def test_reproduce_agrees_with_the_published_rows_and_catches_a_wrong_one(
     assert cli.main(["reproduce", "--agent", "mlp", "--sweep", "smoke", "--problems", "1"]) == 1
     assert "0 of 2 rows agree" in capsys.readouterr().out
     assert cli.main(["reproduce", "--agent", "ensemble", "--sweep", "smoke"]) == 2
-    assert "no rows of 'ensemble'" in capsys.readouterr().err
+    assert "no rows of 'ensemble' on the smoke sweep; on it they have mlp\n" in (
+        capsys.readouterr().err)
 
 
 def test_the_shipped_table_is_of_todays_problems_and_default_configs():
