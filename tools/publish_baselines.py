@@ -97,8 +97,10 @@ def progress_markdown(path) -> str:
     rows names, by a letter, the note under the table that says where it was computed."""
     published = baselines.load(path)
     sweeps = list(dict.fromkeys(p["sweep"] for p in published.progress))
-    stamps = list(dict.fromkeys(p.get("computed", published.computed)
-                                for p in published.progress if p["problems"]))
+    def stamp(p) -> str:  # parts packed before stamps were per part carry the table's
+        return p.get("computed", published.computed)
+
+    stamps = list(dict.fromkeys(stamp(p) for p in published.progress if p["problems"]))
     letters = {stamp: chr(ord("a") + i) for i, stamp in enumerate(stamps)}
 
     def cell(p) -> str:
@@ -106,7 +108,7 @@ def progress_markdown(path) -> str:
         if p.get("failed"):
             text += f" ({p['failed']} with a failed row)"
         if p["problems"]:
-            text += f" ({letters[p.get('computed', published.computed)]})"
+            text += f" ({letters[stamp(p)]})"
         return text
 
     done = {(p["agent"], p["sweep"]): cell(p) for p in published.progress}
