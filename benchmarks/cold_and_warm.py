@@ -13,6 +13,11 @@ Usage:
   PYTHONPATH=. python benchmarks/cold_and_warm.py                       # mlp, quick sweep
   PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --repeats 3
   PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --problems-per-batch 210
+  PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --matmul-precision tensorfloat32
+
+``--matmul-precision`` runs the command with the runner's ``MATMUL_PRECISION`` replaced
+(the command fixes its products to full float32 on every device): on a GPU, the warm
+runs of ``float32`` against ``tensorfloat32`` are what full float32 costs.
 """
 
 from __future__ import annotations
@@ -27,11 +32,20 @@ import tempfile
 import time
 
 
-def _run(agent: str, sweep: str, cache: str, db: str, more: list[str]) -> tuple[float, float, str]:
+# The command, with the runner's matrix-product precision replaced first (sys.argv[1]).
+_WITH_PRECISION = ("import sys; from neural_testbed.leaderboard import runner; "
+                   "runner.MATMUL_PRECISION = sys.argv.pop(1); from neural_testbed import cli; "
+                   "sys.exit(cli.main(sys.argv[1:]))")
+
+
+def _run(agent: str, sweep: str, cache: str, db: str, more: list[str],
+         precision: str | None) -> tuple[float, float, str]:
     env = dict(os.environ, NEURAL_TESTBED_CACHE_DIR=cache)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    command = (["-m", "neural_testbed.cli"] if precision is None
+               else ["-c", _WITH_PRECISION, precision])
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run", "--agent", agent,
+    proc = subprocess.run([sys.executable, *command, "run", "--agent", agent,
                            "--sweep", sweep, "--db", db, "--quiet", *more],
                           env=env, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
@@ -47,17 +61,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="warm runs after the cold one")
     parser.add_argument("--problems-per-batch", type=int, default=None,
                         help="passed to the command (default: its own)")
+    parser.add_argument("--matmul-precision", default=None,
+                        choices=("float32", "tensorfloat32", "bfloat16"),
+                        help="replaces the command's matrix-product precision (default: its own, "
+                             "full float32)")
     args = parser.parse_args()
     more = ([] if args.problems_per_batch is None
             else ["--problems-per-batch", str(args.problems_per_batch)])
     print(f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; "
-          f"neural-testbed run --agent {args.agent} --sweep {args.sweep} {' '.join(more)}")
+          f"neural-testbed run --agent {args.agent} --sweep {args.sweep} {' '.join(more)}"
+          f"{'' if args.matmul_precision is None else '; products in ' + args.matmul_precision}")
     with tempfile.TemporaryDirectory() as scratch:
         cache = os.path.join(scratch, "cache")
         warm = []
         for i in range(1 + args.repeats):
             wall, compiling, aggregate = _run(args.agent, args.sweep, cache,
-                                              os.path.join(scratch, f"r{i}.db"), more)
+                                              os.path.join(scratch, f"r{i}.db"), more,
+                                              args.matmul_precision)
             print(f"{'cold' if i == 0 else 'warm'}: {wall:.1f} s wall, {compiling:.1f} s of it "
                   f"compiling (the command's count); {aggregate}")
             if i:

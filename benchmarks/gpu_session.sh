@@ -3,24 +3,24 @@
 #
 # Not a test. A lent GPU machine is held for minutes, so one script does all of it:
 # first, alone on the device: the published rows that failed there before, recomputed
-# (benchmarks/published_failures.py); then (timings to report) mlp's `paper` sweep cold and warm
-# (benchmarks/cold_and_warm.py), again with each of XLA's GPU autotuners off (an unknown
-# flag fails at once) and with all 210 problems in one program (so is sgmcmc, briefly),
-# and mlp's 14-config `smoke` sweep with and without configs batched
-# (benchmarks/config_sweep.py); then, sharing the device, four streams until the deadline:
+# (benchmarks/published_failures.py); mlp's `paper` sweep cold and warm with full-float32
+# products (the command's) and with TensorFloat-32 ones (what full float32 costs;
+# benchmarks/cold_and_warm.py); with MORE=1 also each of XLA's GPU autotuners off, all 210
+# problems in one program (so is a short sgmcmc), and mlp's 14-config `smoke` sweep with
+# and without configs batched (benchmarks/config_sweep.py). Then, sharing the device,
+# three streams until the deadline:
 #   1. every default agent's `paper` sweep, each `neural-testbed run` timed from a cold
 #      compilation cache (the agents never timed on a GPU first): these times
 #      are upper bounds, taken beside the other streams;
-#   2. dropout's config sweep on `quick` and `real-quick`, and mlp's default config there
-#      (Figure 6a's dropout row);
-#   3. and 4. the published baselines not yet computed on `real` and on `regression`
+#   2. and 3. the published baselines not yet computed on `real` and on `regression`
 #      (the store starts from the published table, so what it has is not computed again).
 # At the deadline the streams are stopped (every row already written stays: each
 # problem batch is its own transaction) and the stores are copied, gzipped, to OUT.
 #
 # Usage (from the repository root, the project on PYTHONPATH, no install needed):
 #   OUT=/tmp/out DEADLINE_S=560 bash benchmarks/gpu_session.sh
-#   OUT=/tmp/out ALONE=0 bash benchmarks/gpu_session.sh     # only the four streams
+#   OUT=/tmp/out MORE=1 bash benchmarks/gpu_session.sh      # the longer measurements too
+#   OUT=/tmp/out ALONE=0 bash benchmarks/gpu_session.sh     # only the three streams
 # Merge the stores back with `neural-testbed merge` or tools/publish_baselines.py --db.
 set -u
 OUT=${OUT:?set OUT to the folder the logs and stores go to}
@@ -30,7 +30,7 @@ START=$(date +%s)
 STOP_AT=$((START + DEADLINE_S - 20))  # 20 s to stop the streams and copy the stores
 WORK=$(mktemp -d)
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
-export XLA_PYTHON_CLIENT_PREALLOCATE=false  # four processes share one device
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # three processes share one device
 LOG=$OUT/session.log
 say() { echo "[$(( $(date +%s) - START )) s] $*" | tee -a "$LOG"; }
 left() { echo $(( STOP_AT - $(date +%s) )); }
@@ -46,10 +46,15 @@ if [ "${ALONE:-1}" != 0 ]; then
   # The published GP rows that failed on an H200 (TensorFloat-32 products then): are they
   # ok now that every product is full float32?
   say "== alone on the device: the published rows that failed, recomputed"
-  timeout 120 "$PY" benchmarks/published_failures.py --agents oracle_gp gp --problems h200 \
+  timeout 75 "$PY" benchmarks/published_failures.py --agents oracle_gp gp --problems h200 \
     2>&1 | tee -a "$LOG"
-  say "== alone on the device: mlp paper, cold then warm x2"
-  until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 2 2>&1 | tee -a "$LOG"
+  for precision in float32 tensorfloat32; do
+    say "== alone on the device: mlp paper, cold then warm x2, products in $precision"
+    until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 2 \
+      --matmul-precision "$precision" 2>&1 | tee -a "$LOG"
+  done
+fi
+if [ "${ALONE:-1}" != 0 ] && [ "${MORE:-0}" != 0 ]; then
   # A run on the GPU is compile-bound; do XLA's GPU autotuners make most of it? (Same
   # aggregate expected to within rounding: the kernels chosen may differ.)
   for flag in --xla_gpu_autotune_level=0 --xla_gpu_experimental_enable_fusion_autotuner=false; do
@@ -77,7 +82,7 @@ if [ "${ALONE:-1}" != 0 ]; then
   until_deadline "$PY" benchmarks/config_sweep.py --batches 1,14 2>&1 | tee -a "$LOG"
 fi
 
-say "== shared: four streams until the deadline"
+say "== shared: three streams until the deadline"
 paper_stream() {
   # Those never timed on a GPU first, then those timed only beside other streams
   # (2026-11-27), then those timed there under 2 minutes.
@@ -92,32 +97,23 @@ paper_stream() {
     [ "$(left)" -gt 2 ] || break
   done
 }
-fig6_stream() {  # mlp's default config is what correlate divides by
-  for job in "run mlp quick" "run mlp real-quick" "sweep dropout quick" \
-             "sweep dropout real-quick"; do
-    set -- $job
-    local t0=$(date +%s%N)
-    NEURAL_TESTBED_CACHE_DIR="$WORK/cache-fig6" until_deadline "${CLI[@]}" "$1" --agent "$2" \
-      --sweep "$3" --db "$WORK/fig6.db" --quiet --keep-going > "$WORK/fig6-$2-$3.out" 2>&1
-    say "fig6 $job rc=$? $(( ($(date +%s%N) - t0) / 1000000 )) ms"
-  done
-}
 rest_stream() {  # $1: the sweep, $2: its agents; the published rows are not computed again
   cp neural_testbed/leaderboard/published_baselines.json.gz "$WORK/$1.json.gz"
   NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$1" until_deadline "$PY" tools/publish_baselines.py \
     --db "$WORK/$1.db" --resume-from-table --compute --sweeps "$1" --out "$WORK/$1.json.gz" \
     --agents "$2" > "$WORK/$1.out" 2>&1
 }
-paper_stream & fig6_stream &
-rest_stream real ensemble+,dropout,epinet,bbb,hypermodel,sgmcmc &
-rest_stream regression gp,cnp,ensemble+,dropout,epinet,bbb,hypermodel,sgmcmc &
+paper_stream &
+# What the table lacks, cnp last (its meta-training per problem is the longest).
+rest_stream real hypermodel,sgmcmc &
+rest_stream regression dropout,bbb,hypermodel,sgmcmc,cnp &
 wait
 # A run that publish_baselines started outlives its parent's timeout: stop the runs
 # of this session alone (their stores are under WORK), nothing else on the machine.
 pkill -f -- "--db $WORK/"
 sleep 1
 say "== streams stopped; copying the stores"
-for db in paper fig6 real regression; do
+for db in paper real regression; do
   [ -f "$WORK/$db.db" ] || continue
   "$PY" -c "import sqlite3, sys; src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); \
 src.backup(dst); print(sys.argv[1], dst.execute('select count(*) from results').fetchone()[0], 'rows')" \
