@@ -43,8 +43,8 @@ say "start; $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=c
 'sklearn', sklearn.__version__)" 2>&1 | tee -a "$LOG"
 
 if [ "${ALONE:-1}" != 0 ]; then
-  # The published GP rows that failed on an H200 (TensorFloat-32 products then): are they
-  # ok now that every product is full float32?
+  # The published GP rows that failed on an H200: are they ok now that the GP agents set
+  # repeated inputs aside there (benchmarks/gp_sampler_nans.py)?
   say "== alone on the device: the published rows that failed, recomputed"
   timeout 75 "$PY" benchmarks/published_failures.py --agents oracle_gp gp --problems h200 \
     2>&1 | tee -a "$LOG"

@@ -4,9 +4,10 @@ Not a test. The published table keeps failed rows (a NaN prediction is recorded 
 the sweep goes on); oracle_gp's and gp's `regression` rows computed on an H200 failed
 at tau = 100 on 13 and 21 problems that the 2-core CPU computes without fault. This
 script runs each such agent's default config on exactly those problems, through the
-runner the command uses, and prints per problem and tau whether the row is now ok:
-on a GPU it shows whether full-float32 matrix products (the runner's
-``MATMUL_PRECISION``) removed the failures.
+runner the command uses, and prints per problem and tau whether the row is now ok.
+On an H200 on 2026-11-28 full-float32 matrix products (the runner's ``MATMUL_PRECISION``)
+had not removed the failures (15 of oracle_gp's 26 rows ok, 27 of gp's 42): the GP
+agents' sampler did (``benchmarks/gp_sampler_nans.py``); this shows it on a GPU.
 
 Once those rows are recomputed on the CPU the table has no failed row left; ``--problems``
 names the problems instead (``h200``: those that failed on the H200, ``H200_FAILURES``).

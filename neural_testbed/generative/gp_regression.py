@@ -123,11 +123,34 @@ def joint_sample(key: jax.Array, mean: jax.Array, cov: jax.Array) -> jax.Array:
     """One draw ``[n]`` from ``N(mean, cov)``.
 
     A repeated input has a singular covariance: a square root by eigenvalues
-    (clipped at 0) draws from it where a Cholesky factor would not exist.
+    (clipped at 0) draws from it where a Cholesky factor would not exist. On a GPU,
+    cuSOLVER's float32 eigendecomposition fails on some such matrices (NaN: about 1 in
+    1000 of the `regression` sweep's 1-d tau = 100 ones on an H200, so that many of the GP
+    agents' rows failed there; ``benchmarks/gp_sampler_nans.py``), so there the repeated
+    inputs are set aside first (:func:`_square_root_of_distinct`); a CPU keeps LAPACK's
+    square root of the whole matrix, and its draws as they were.
     """
-    values, vectors = jnp.linalg.eigh(cov)
-    root = vectors * jnp.sqrt(jnp.clip(values, 0.0))
+    root = jax.lax.platform_dependent(cov, default=_square_root,
+                                      cuda=_square_root_of_distinct)
     return mean + root @ jax.random.normal(key, mean.shape)
+
+
+def _square_root(cov: jax.Array) -> jax.Array:
+    """``root`` with ``root root^T = cov``, by eigenvalues clipped at 0."""
+    values, vectors = jnp.linalg.eigh(cov)
+    return vectors * jnp.sqrt(jnp.clip(values, 0.0))
+
+
+def _square_root_of_distinct(cov: jax.Array) -> jax.Array:
+    """:func:`_square_root` of ``cov`` without its repeated inputs' rows and columns, each
+    then given its first occurrence's row: exact, as equal inputs have equal rows (their
+    values are one value), and it leaves the eigendecomposition no exactly repeated
+    eigenvalue of 0."""
+    n = cov.shape[0]
+    first = jnp.argmax(jnp.all(cov[:, None, :] == cov[None, :, :], axis=-1), axis=1)
+    repeat = first != jnp.arange(n)
+    distinct = jnp.where(repeat[:, None] | repeat[None, :], jnp.eye(n, dtype=cov.dtype), cov)
+    return _square_root(distinct)[first]
 
 
 def correlation(cov: jax.Array) -> jax.Array:

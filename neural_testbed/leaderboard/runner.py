@@ -34,10 +34,9 @@ __all__ = ["MATMUL_PRECISION", "BatchRunner", "accepts_padding", "error_text", "
            "run_batch", "use_full_float32_products"]
 
 # Matrix products in full float32 on every device. A GPU's default is TensorFloat-32
-# (10 mantissa bits): the problems' draws then depended on the device, and it is the
-# likely cause of the GP agents' NaN predictions at 100 test inputs in 1-d there (oracle_gp
-# failed at tau = 100 on 13 of the 180 `regression` problems on an H200; unconfirmed on a
-# GPU). A CPU multiplies in float32 either way: its rows are unchanged.
+# (10 mantissa bits): the problems' draws then depended on the device. (It was not the
+# cause of the GP agents' NaN predictions on an H200: see gp_regression.joint_sample.)
+# A CPU multiplies in float32 either way: its rows are unchanged.
 MATMUL_PRECISION = "float32"
 
 

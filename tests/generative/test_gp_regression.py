@@ -161,3 +161,37 @@ def test_the_probes_carry_noisy_targets_and_the_exact_posterior_there():
     test = PROBLEM.sample_test(jax.random.key(3), env, 1)
     assert not np.any(np.isin(np.asarray(test.y), np.asarray(env.probe_y)))
     np.testing.assert_array_equal(test.probe_y, env.probe_y)
+
+
+def _covariance_with_repeated_inputs() -> tuple[jax.Array, jax.Array]:
+    """The prior covariance at 40 1-d inputs, 10 of them repeats of others, as a tau = 100
+    test tau-sample drawn with replacement has; and where each input first occurs."""
+    x = jax.random.normal(jax.random.key(3), (30, 1))
+    index = jnp.concatenate([jnp.arange(30), jnp.array([0, 3, 3, 7, 11, 12, 20, 25, 29, 29])])
+    cov = gp_regression.prior_covariance("relu_nngp", x[index], x[index])
+    first = jnp.concatenate([jnp.arange(30), index[30:]])
+    return cov, first
+
+
+def test_a_root_without_repeated_inputs_is_exact_and_repeats_their_first_occurrence():
+    cov, first = _covariance_with_repeated_inputs()
+    root = gp_regression._square_root_of_distinct(cov)
+    # Each repeated input's row is its first occurrence's, so their draws are one value.
+    np.testing.assert_array_equal(root, root[first])
+    # root root^T is cov up to float32 rounding of an eigendecomposition (the tolerance
+    # is a few hundred float32 ulps of the largest variance); LAPACK's root of the whole
+    # matrix is no closer.
+    scale = float(jnp.max(jnp.diag(cov)))
+    whole = gp_regression._square_root(cov)
+    assert float(jnp.max(jnp.abs(root @ root.T - cov))) < 1e-4 * scale
+    assert float(jnp.max(jnp.abs(whole @ whole.T - cov))) < 1e-4 * scale
+
+
+def test_a_cpus_joint_sample_is_the_whole_matrixs_root_as_before():
+    # The published rows were drawn so on a CPU: the GPU's detour must not change them.
+    cov, _ = _covariance_with_repeated_inputs()
+    mean = jnp.linspace(-1.0, 1.0, cov.shape[0])
+    key = jax.random.key(5)
+    expected = mean + gp_regression._square_root(cov) @ jax.random.normal(key, mean.shape)
+    np.testing.assert_array_equal(jax.jit(gp_regression.joint_sample)(key, mean, cov),
+                                  expected)
