@@ -84,9 +84,9 @@ fi
 
 say "== shared: three streams until the deadline"
 paper_stream() {
-  # Those never timed on a GPU first, then those timed only beside other streams
-  # (2026-11-27), then those timed there under 2 minutes.
-  for agent in hypermodel sgmcmc ensemble laplace deep_kernel knn random_forest bbb epinet \
+  # Those never timed on a GPU first, then those timed over 2 minutes beside other
+  # streams (2026-11-27 and -28; sgmcmc, the longest, last), then those timed under 2.
+  for agent in ensemble laplace deep_kernel knn random_forest bbb epinet hypermodel sgmcmc \
                mlp ensemble+ dropout; do
     local t0=$(date +%s%N)
     NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$agent" until_deadline "${CLI[@]}" run --agent "$agent" \
