@@ -26,10 +26,6 @@ were recomputed through the runner: ``distinct eigh`` all 26 of oracle_gp's and 
 of gp's rows ok, ``jacobi`` all 26 of oracle_gp's (gp's not run), against 15 of 26 and
 27 of 42 with ``eigh`` (``published_failures.py``, full-float32 products).
 
-On the 2-core CPU (JAX 0.10.2) the counts of problem 3 stalled, the process idle, with
-1000 tau-samples (problem 1's took 7 s); not looked into further: the runner computes
-every such row there.
-
 Usage:
   PYTHONPATH=. python benchmarks/gp_sampler_nans.py [--problems 1,3,4] [--num-test 1000]
 """
