@@ -124,11 +124,11 @@ def joint_sample(key: jax.Array, mean: jax.Array, cov: jax.Array) -> jax.Array:
 
     A repeated input has a singular covariance: a square root by eigenvalues
     (clipped at 0) draws from it where a Cholesky factor would not exist. On a GPU,
-    cuSOLVER's float32 eigendecomposition fails on some such matrices (NaN: about 1 in
-    1000 of the `regression` sweep's 1-d tau = 100 ones on an H200, so that many of the GP
-    agents' rows failed there; ``benchmarks/gp_sampler_nans.py``), so there the repeated
-    inputs are set aside first (:func:`_square_root_of_distinct`); a CPU keeps LAPACK's
-    square root of the whole matrix, and its draws as they were.
+    cuSOLVER's float32 eigendecomposition fails on a few such matrices (NaN for 2 of 6000
+    of the `regression` sweep's 1-d tau = 100 ones on an H200, enough to fail most of the
+    GP agents' rows on those problems; ``benchmarks/gp_sampler_nans.py``), so there the
+    repeated inputs are set aside first (:func:`_square_root_of_distinct`); a CPU keeps
+    LAPACK's square root of the whole matrix, and its draws as they were.
     """
     root = jax.lax.platform_dependent(cov, default=_square_root,
                                       cuda=_square_root_of_distinct)
