@@ -48,7 +48,9 @@ if [ "${ALONE:-1}" != 0 ]; then
   say "== alone on the device: the published rows that failed, recomputed"
   timeout 75 "$PY" benchmarks/published_failures.py --agents oracle_gp gp --problems h200 \
     2>&1 | tee -a "$LOG"
-  for precision in float32 tensorfloat32; do
+  # TensorFloat-32 first: on 2026-11-28 float32 ran first on the fresh machine and its
+  # cold run compiled 9 s longer, an order effect to tell apart from the products.
+  for precision in tensorfloat32 float32; do
     say "== alone on the device: mlp paper, cold then warm x2, products in $precision"
     until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 2 \
       --matmul-precision "$precision" 2>&1 | tee -a "$LOG"
