@@ -12,8 +12,9 @@
 #   1. every default agent's `paper` sweep, each `neural-testbed run` timed from a cold
 #      compilation cache (the agents never timed on a GPU first): these times
 #      are upper bounds, taken beside the other streams;
-#   2. and 3. the published baselines not yet computed on `real` and on `regression`
-#      (the store starts from the published table, so what it has is not computed again).
+#   2. and 3. the published baselines not yet computed (on `regression`, split between
+#      two streams; each store starts from the published table, so what it has is not
+#      computed again).
 # At the deadline the streams are stopped (every row already written stays: each
 # problem batch is its own transaction) and the stores are copied, gzipped, to OUT.
 #
@@ -99,23 +100,24 @@ paper_stream() {
     [ "$(left)" -gt 2 ] || break
   done
 }
-rest_stream() {  # $1: the sweep, $2: its agents; the published rows are not computed again
+rest_stream() {  # $1: the stream's store, $2: the sweep, $3: its agents
   cp neural_testbed/leaderboard/published_baselines.json.gz "$WORK/$1.json.gz"
   NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$1" until_deadline "$PY" tools/publish_baselines.py \
-    --db "$WORK/$1.db" --resume-from-table --compute --sweeps "$1" --out "$WORK/$1.json.gz" \
-    --agents "$2" > "$WORK/$1.out" 2>&1
+    --db "$WORK/$1.db" --resume-from-table --compute --sweeps "$2" --out "$WORK/$1.json.gz" \
+    --agents "$3" > "$WORK/$1.out" 2>&1
 }
 paper_stream &
-# What the table lacks, cnp last (its meta-training per problem is the longest).
-rest_stream real hypermodel,sgmcmc &
-rest_stream regression dropout,bbb,hypermodel,sgmcmc,cnp &
+# What the table lacks (2026-11-28: `paper` and `real` complete): cnp last, its
+# meta-training per problem is the longest; bbb's d = 100 problems are hours on 2 cores.
+rest_stream regression1 regression hypermodel,bbb &
+rest_stream regression2 regression sgmcmc,cnp &
 wait
 # A run that publish_baselines started outlives its parent's timeout: stop the runs
 # of this session alone (their stores are under WORK), nothing else on the machine.
 pkill -f -- "--db $WORK/"
 sleep 1
 say "== streams stopped; copying the stores"
-for db in paper real regression; do
+for db in paper regression1 regression2; do
   [ -f "$WORK/$db.db" ] || continue
   "$PY" -c "import sqlite3, sys; src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); \
 src.backup(dst); print(sys.argv[1], dst.execute('select count(*) from results').fetchone()[0], 'rows')" \
