@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from neural_testbed import base
 from neural_testbed.generative import kernels
@@ -257,8 +258,8 @@ class GPRegressionProblem:
                       f"noise={self.noise_variance!r}/T={self.num_train}/seed={self.seed}")
         return base.definition_seed(definition)
 
-    def build_args(self) -> dict[str, jax.Array]:
-        return {"noise_variance": jnp.float32(self.noise_variance)}
+    def build_args(self) -> dict[str, np.ndarray]:
+        return {"noise_variance": np.asarray(self.noise_variance, np.float32)}
 
     def build(self, key: jax.Array, args) -> base.ProblemInstance:
         x_key, f_key, noise_key = jax.random.split(key, 3)

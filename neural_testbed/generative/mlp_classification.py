@@ -21,6 +21,7 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from neural_testbed import base, networks
 
@@ -210,8 +211,8 @@ class MLPClassificationProblem:
                       f"temperature={self.temperature!r}/T={self.num_train}/seed={self.seed}")
         return base.definition_seed(definition)
 
-    def build_args(self) -> dict[str, jax.Array]:
-        return {"temperature": jnp.float32(self.temperature)}
+    def build_args(self) -> dict[str, np.ndarray]:
+        return {"temperature": np.asarray(self.temperature, np.float32)}
 
     def build(self, key: jax.Array, args) -> base.ProblemInstance:
         env_key, train_key = jax.random.split(key)

@@ -26,7 +26,6 @@ import os
 import pathlib
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from neural_testbed import base
@@ -115,11 +114,11 @@ class RealClassificationProblem:
         return _load_file(self.dataset, self.label_column, self.standardise,
                           _mtime(self.dataset))
 
-    def build_args(self) -> dict[str, jax.Array]:
+    def build_args(self) -> dict[str, np.ndarray]:
         data = self.load()
-        return {"x": jnp.asarray(data.x_train), "y": jnp.asarray(data.y_train),
-                "x_test": jnp.asarray(data.x_test), "y_test": jnp.asarray(data.y_test),
-                "temperature": jnp.float32(self.temperature)}
+        return {"x": data.x_train, "y": data.y_train, "x_test": data.x_test,
+                "y_test": data.y_test,
+                "temperature": np.asarray(self.temperature, np.float32)}
 
     def build(self, key: jax.Array, args) -> base.ProblemInstance:
         rows = jax.random.permutation(key, self.num_train_split)[:self.num_train]
