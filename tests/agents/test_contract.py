@@ -116,9 +116,9 @@ def test_regression_agents_give_one_finite_value_per_input_and_repeat_their_samp
     # evaluator passes every input of a test sample in one call), so they are not checked
     # input by input.
     if name not in DRAW_PER_CALL:
-        x = jax.random.normal(jax.random.key(4), (6, REGRESSION_PROBLEM.input_dim))
+        x = jax.random.normal(jax.random.key(4), (7, REGRESSION_PROBLEM.input_dim))
         together = apply(state, x, _index(agent, 5))
-        alone = jnp.concatenate([apply(state, x[i:i + 1], _index(agent, 5)) for i in range(6)])
+        alone = jnp.concatenate([apply(state, x[i:i + 1], _index(agent, 5)) for i in range(7)])
         np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
@@ -150,7 +150,7 @@ def test_logits_have_the_right_shape_and_dtype_for_any_batch(trained):
 def test_same_seeds_give_identical_samples(trained):
     name, agent, _, state, again = trained
     apply = jax.jit(agent.enn.apply)  # called eagerly, each primitive would compile alone
-    x = jax.random.normal(jax.random.key(2), (9, PROBLEM.input_dim))
+    x = jax.random.normal(jax.random.key(2), (7, PROBLEM.input_dim))
     for seed in range(3):
         index = _index(agent, seed)
         np.testing.assert_array_equal(apply(state, x, index), apply(again, x, index),
@@ -161,11 +161,11 @@ def test_one_index_is_one_network_for_every_input(trained):
     """Inputs give the same logits alone or together, so a joint prediction over
     tau inputs comes from one sampled network."""
     name, agent, _, state, _ = trained
-    x = jax.random.normal(jax.random.key(4), (6, PROBLEM.input_dim))
+    x = jax.random.normal(jax.random.key(4), (7, PROBLEM.input_dim))
     index = _index(agent, 5)
     apply = jax.jit(agent.enn.apply)
     together = apply(state, x, index)
-    alone = jnp.concatenate([apply(state, x[i:i + 1], index) for i in range(6)])
+    alone = jnp.concatenate([apply(state, x[i:i + 1], index) for i in range(7)])
     np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
