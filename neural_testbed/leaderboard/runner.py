@@ -11,6 +11,7 @@ time, so one failing problem gets a failed row and the others still run.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -167,19 +168,58 @@ class BatchRunner:
         with self._exclusive:
             return self._rows(batch, num_real)
 
+    def _compile_ahead(self, key_seeds, args, num_train) -> float:
+        """Compiles a batch size's build, training and evaluation programs side by side,
+        before any runs: a cold run otherwise compiles them one after another, and XLA
+        compiles in the thread that asks (tracing and lowering, in Python, still take
+        turns). The later programs are traced from the earlier ones' output shapes.
+        Returns the seconds it took (0 when they are compiled already)."""
+        size = len(key_seeds)
+        names = ["train", *(f"evaluate{tau}/{estimator}" for tau, estimator in self.evaluations)]
+        build_key = (self.template.shape, size)
+        with self._compiling, contextlib.ExitStack() as building:
+            if all((name, size) in self._compiled for name in names):
+                return 0.0
+            start = time.perf_counter()
+            building.enter_context(_BUILD_COMPILING)
+            if build_key in _BUILD_PROGRAMS:  # built by another runner: let others build too
+                building.close()
+            jobs = []  # (cache, cache key, traced program, its arguments)
+            with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
+                build = jax.jit(_build_program(self.template)).trace(key_seeds, args)
+                if build_key not in _BUILD_PROGRAMS:
+                    jobs.append((_BUILD_PROGRAMS, build_key, build, (key_seeds, args)))
+                instances, agent_keys, test_keys = build.out_info
+                train_args = (agent_keys, instances, num_train, *self._values)
+                train = jax.jit(self._programs["train"]).trace(*train_args)
+                jobs.append((self._compiled, ("train", size), train, train_args))
+                for name in names[1:]:
+                    eval_args = (test_keys, train.out_info, instances.env, *self._values)
+                    jobs.append((self._compiled, (name, size),
+                                 jax.jit(self._programs[name]).trace(*eval_args), eval_args))
+            with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+                compiled = list(pool.map(lambda job: executable_cache.compile_traced(*job[2:]),
+                                         jobs))
+            for (cache, cache_key, traced, _), program in zip(jobs, compiled):
+                guard = _FACTORISING if _factorises(traced) else contextlib.nullcontext()
+                cache[cache_key] = program, guard
+            return time.perf_counter() - start
+
     def _rows(self, batch: Sequence[base.Problem], num_real: int) -> list[base.ProblemResult]:
         key_seeds = np.array([p.key_seed for p in batch], np.uint32)
         args = _stack([p.build_args() for p in batch])
+        num_train = np.array([p.num_train for p in batch], np.int32)
+        ahead = 0.0 if self._host_agent is not None else self._compile_ahead(
+            key_seeds, args, num_train)
         (instances, agent_keys, test_keys), build_compile, build_run = self._call(
             "build", key_seeds, args)
         if self._host_agent is None:
-            num_train = np.array([p.num_train for p in batch], np.int32)
             states, train_compile, train_run = self._call(
                 "train", agent_keys, instances, num_train, *self._values)
         else:
             states, train_compile, train_run = self._train_on_host(
                 agent_keys, instances, batch[:num_real])
-        compile_seconds = build_compile + train_compile
+        compile_seconds = ahead + build_compile + train_compile
         evaluations = {}
         try:
             for tau, estimator in self.evaluations:
