@@ -201,8 +201,7 @@ class BatchRunner:
                 compiled = list(pool.map(lambda job: executable_cache.compile_traced(*job[2:]),
                                          jobs))
             for (cache, cache_key, traced, _), program in zip(jobs, compiled):
-                guard = _FACTORISING if _factorises(traced) else contextlib.nullcontext()
-                cache[cache_key] = program, guard
+                cache[cache_key] = _cache_entry(traced, program)
             return time.perf_counter() - start
 
     def _rows(self, batch: Sequence[base.Problem], num_real: int) -> list[base.ProblemResult]:
@@ -344,6 +343,11 @@ def _factorises(traced) -> bool:
     return bool(_FACTORISATION.search(str(traced.jaxpr)))
 
 
+def _cache_entry(traced, compiled) -> tuple[Callable, Any]:
+    """A compiled program and the guard it runs under (``_FACTORISING`` if it factorises)."""
+    return compiled, _FACTORISING if _factorises(traced) else contextlib.nullcontext()
+
+
 def _run_compiled(
     cache: dict, lock: threading.Lock, cache_key: tuple, program: Callable, args
 ) -> tuple[Any, float, float]:
@@ -360,10 +364,9 @@ def _run_compiled(
             start = time.perf_counter()
             with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
                 traced = jax.jit(program).trace(*args)
-            compiled = executable_cache.compile_traced(traced, args)
-            guard = _FACTORISING if _factorises(traced) else contextlib.nullcontext()
+            entry = cache[cache_key] = _cache_entry(
+                traced, executable_cache.compile_traced(traced, args))
             compile_seconds = time.perf_counter() - start
-            entry = cache[cache_key] = compiled, guard
     compiled, guard = entry
     with guard:
         start = time.perf_counter()

@@ -50,6 +50,27 @@ def test_compilation_is_timed_apart_and_paid_once_per_shape():
     assert all(r.train_seconds < r.compile_seconds for r in first)
 
 
+def test_a_batch_sizes_programs_compile_side_by_side_and_once(monkeypatch):
+    """Training and each tau's evaluation (and building, unless another test of this
+    process built this shape) compile at once, each in a thread of its own; the next
+    batch of that size compiles nothing."""
+    threads, compile_traced = [], runner.executable_cache.compile_traced
+
+    def recording(traced, args):
+        threads.append(threading.get_ident())
+        return compile_traced(traced, args)
+
+    monkeypatch.setattr(runner.executable_cache, "compile_traced", recording)
+    problems = _small(["classification_2d/92", "classification_2d/93", "classification_2d/94",
+                       "classification_2d/95"], num_test=30, num_samples=20)
+    rows = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, problems_per_batch=2)
+    assert len(rows) == 8 and all(r.status == "ok" for r in rows)
+    assert len(threads) in (3, 4)  # train and 2 evaluations (+ build), for the first batch only
+    assert len(set(threads)) == len(threads) and threading.get_ident() not in threads
+    assert all(r.compile_seconds > 0 for r in rows[:4])
+    assert all(r.compile_seconds == 0 for r in rows[4:])
+
+
 def test_batched_training_gives_the_numbers_of_one_problem_at_a_time():
     problems = _small(["classification_2d/90", "classification_2d/91", "classification_2d/92"])
     together = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False)
