@@ -5,7 +5,8 @@
 # first, alone on the device: the published rows that failed there before, recomputed
 # (benchmarks/published_failures.py); mlp's `paper` sweep cold and warm with full-float32
 # products (the command's) and with TensorFloat-32 ones (what full float32 costs;
-# benchmarks/cold_and_warm.py); with MORE=1 also each of XLA's GPU autotuners off, all 210
+# benchmarks/cold_and_warm.py), with its programs compiled one at a time (what compiling
+# them side by side saves) and with threefry lowered to a CUDA kernel; with MORE=1 also each of XLA's GPU autotuners off, all 210
 # problems in one program (so is a short sgmcmc), and mlp's 14-config `smoke` sweep with
 # and without configs batched (benchmarks/config_sweep.py). Then, sharing the device,
 # three streams until the deadline:
@@ -56,6 +57,17 @@ if [ "${ALONE:-1}" != 0 ]; then
     until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 2 \
       --matmul-precision "$precision" 2>&1 | tee -a "$LOG"
   done
+  # The cold run is compile-bound (22.5 of 28.3 s on 2026-11-28). Against the float32 run
+  # above: what compiling side by side saves (unmeasured on a GPU: one at a time is how it
+  # was), and what the random draws' hash as one CUDA kernel saves (a fifth of each
+  # program's optimised HLO on the CPU is that hash; the same bits, so the same rows; its
+  # warm run says what it costs at run time).
+  say "== alone on the device: mlp paper, cold then warm, programs compiled one at a time"
+  until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 1 \
+    --compile-one-at-a-time 2>&1 | tee -a "$LOG"
+  say "== alone on the device: mlp paper, cold then warm, threefry as a CUDA kernel"
+  JAX_THREEFRY_GPU_KERNEL_LOWERING=true until_deadline "$PY" benchmarks/cold_and_warm.py \
+    --sweep paper --repeats 1 2>&1 | tee -a "$LOG"
 fi
 if [ "${ALONE:-1}" != 0 ] && [ "${MORE:-0}" != 0 ]; then
   # A run on the GPU is compile-bound; do XLA's GPU autotuners make most of it? (Same
