@@ -6,13 +6,15 @@
 # (benchmarks/published_failures.py); mlp's `paper` sweep cold and warm with full-float32
 # products (the command's) and with TensorFloat-32 ones (what full float32 costs;
 # benchmarks/cold_and_warm.py), with its programs compiled one at a time (what compiling
-# them side by side saves) and with threefry lowered to a CUDA kernel; with MORE=1 also each of XLA's GPU autotuners off, all 210
-# problems in one program (so is a short sgmcmc), and mlp's 14-config `smoke` sweep with
-# and without configs batched (benchmarks/config_sweep.py). Then, sharing the device,
+# them side by side saves) and with threefry lowered to a CUDA kernel; with MORE=1 also
+# each of XLA's GPU autotuners off, all 210 problems in one program and in 7 worker
+# processes (so is a short sgmcmc), and mlp's 14-config `smoke` sweep with and without
+# configs batched (benchmarks/config_sweep.py). Then, sharing the device,
 # three streams until the deadline:
 #   1. every default agent's `paper` sweep, each `neural-testbed run` timed from a cold
-#      compilation cache (the agents never timed on a GPU first): these times
-#      are upper bounds, taken beside the other streams;
+#      compilation cache (the agents never timed on a GPU first; sgmcmc and the
+#      hypermodel with --workers 7): these times are upper bounds, taken beside the
+#      other streams;
 #   2. and 3. the published baselines not yet computed (on `regression`, split between
 #      two streams; each store starts from the published table, so what it has is not
 #      computed again).
@@ -83,15 +85,17 @@ if [ "${ALONE:-1}" != 0 ] && [ "${MORE:-0}" != 0 ]; then
   say "== alone on the device: mlp paper, cold then warm, --problems-per-batch 210"
   until_deadline "$PY" benchmarks/cold_and_warm.py --sweep paper --repeats 1 \
     --problems-per-batch 210 2>&1 | tee -a "$LOG"
-  for batch in 30 210; do
+  # The same 7 units of 30 problems in 7 worker processes (the same rows as one process:
+  # units do not depend on who runs them): do processes' programs overlap on one GPU?
+  for way in "--problems-per-batch 30" "--problems-per-batch 210" "--workers 7"; do
     t0=$(date +%s%N)
     NEURAL_TESTBED_CACHE_DIR="$WORK/cache-sgmcmc-short" until_deadline "${CLI[@]}" run \
-      --agent sgmcmc --set num_steps=20000 burn_in=4000 --sweep paper --db "$WORK/short$batch.db" \
-      --quiet --problems-per-batch "$batch" > "$WORK/short$batch.out" 2>&1
+      --agent sgmcmc --set num_steps=20000 burn_in=4000 --sweep paper \
+      --db "$WORK/short${way// /}.db" --quiet $way > "$WORK/short${way// /}.out" 2>&1
     rc=$?
-    say "sgmcmc 20,000 steps, paper, --problems-per-batch $batch: rc=$rc" \
+    say "sgmcmc 20,000 steps, paper, $way: rc=$rc" \
         "$(( ($(date +%s%N) - t0) / 1000000 )) ms;" \
-        "$(grep -h -E 'aggregate|time:' "$WORK/short$batch.out")"
+        "$(grep -h -E 'aggregate|time:' "$WORK/short${way// /}.out")"
   done
   say "== alone on the device: mlp smoke config sweep, --configs-per-batch 1 and 14"
   until_deadline "$PY" benchmarks/config_sweep.py --batches 1,14 2>&1 | tee -a "$LOG"
@@ -101,13 +105,17 @@ say "== shared: three streams until the deadline"
 paper_stream() {
   # Those never timed on a GPU first, then those timed over 2 minutes beside other
   # streams (2026-11-27 and -28; sgmcmc, the longest, last), then those timed under 2.
+  # sgmcmc and the hypermodel, whose 500,000 and 2,000 steps are one after another
+  # (latency-bound on a GPU), in 7 worker processes, one per T: the same rows.
   for agent in ensemble laplace deep_kernel knn random_forest bbb epinet hypermodel sgmcmc \
                mlp ensemble+ dropout; do
-    local t0=$(date +%s%N)
+    local t0=$(date +%s%N) more=()
+    case $agent in sgmcmc|hypermodel) more=(--workers 7) ;; esac
     NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$agent" until_deadline "${CLI[@]}" run --agent "$agent" \
-      --sweep paper --db "$WORK/paper.db" --quiet --keep-going > "$WORK/paper-$agent.out" 2>&1
+      --sweep paper --db "$WORK/paper.db" --quiet --keep-going "${more[@]}" \
+      > "$WORK/paper-$agent.out" 2>&1
     local rc=$?
-    say "paper $agent rc=$rc $(( ($(date +%s%N) - t0) / 1000000 )) ms" \
+    say "paper $agent ${more[*]} rc=$rc $(( ($(date +%s%N) - t0) / 1000000 )) ms" \
         "$(grep -h 'compil' "$WORK/paper-$agent.out" | tail -1)"
     [ "$(left)" -gt 2 ] || break
   done
