@@ -35,6 +35,7 @@ __all__ = [
     "agreement",
     "build_table",
     "load",
+    "paired_agreement",
     "reproduce_sample",
     "rows_for",
     "write_table",
@@ -230,3 +231,36 @@ def agreement(published_row: Mapping[str, Any], new_row: Mapping[str, Any]) -> d
             "published": published_row["kl"], "recomputed": new_row["kl"], "diff": diff,
             "stderr": stderr,
             "agree": bool(abs(diff) <= AGREEMENT_SIGMAS * stderr or diff == 0.0)}
+
+
+# Problems a tau needs for the paired check of :func:`paired_agreement` (Student's t with
+# 4 degrees of freedom exceeds 3 in 4% of samples; with fewer, the check is too lenient).
+PAIRED_MIN_PROBLEMS = 5
+
+
+def paired_agreement(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per tau, whether the recomputed rows of :func:`agreement`'s records differ from the
+    published ones by zero on average: the mean difference and its standard error over
+    the problems (the spread of the paired differences), agreeing within
+    :data:`AGREEMENT_SIGMAS` of them.
+
+    A row's own standard error covers its test samples only. Where training is chaotic
+    (cnp's 10,000 meta-training steps), float rounding (a batch of another size, another
+    machine) sends the training run elsewhere, moving a row by more than that; such
+    rows still agree in distribution, which this checks. ``agree`` is None for a tau
+    with fewer than :data:`PAIRED_MIN_PROBLEMS` problems.
+    """
+    by_tau: dict[int, list[float]] = {}
+    for r in records:
+        by_tau.setdefault(r["tau"], []).append(r["diff"])
+    checks = []
+    for tau, diffs in sorted(by_tau.items()):
+        n = len(diffs)
+        mean = sum(diffs) / n
+        stderr = (math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
+                  if n > 1 else math.nan)
+        agree = None if n < PAIRED_MIN_PROBLEMS else bool(
+            abs(mean) <= AGREEMENT_SIGMAS * stderr or not any(diffs))
+        checks.append({"tau": tau, "problems": n, "mean_diff": mean, "stderr": stderr,
+                       "agree": agree})
+    return checks

@@ -105,6 +105,67 @@ def test_agreement_is_within_three_standard_errors_of_the_difference():
     assert not baselines.agreement(row, far)["agree"]
 
 
+def test_paired_agreement_asks_whether_the_differences_average_to_zero():
+    """Known answers: differences of +-3, +-2, +-1 average to exactly 0 (agree, however far
+    each row is); 5.2 +- 0.37 (the sample's standard error of the mean of 5, 6, 4, 5, 6)
+    is 14 standard errors from 0; four problems are too few to tell."""
+    def records(tau, diffs):
+        return [{"tau": tau, "diff": d} for d in diffs]
+
+    checks = baselines.paired_agreement(records(1, [3, -3, 2, -2, 1, -1])
+                                        + records(100, [5, 6, 4, 5, 6]) + records(10, [1] * 4))
+    by_tau = {c["tau"]: c for c in checks}
+    assert by_tau[1]["mean_diff"] == 0 and by_tau[1]["agree"] is True
+    assert by_tau[100]["mean_diff"] == pytest.approx(5.2)
+    assert by_tau[100]["stderr"] == pytest.approx(np.std([5, 6, 4, 5, 6], ddof=1) / np.sqrt(5))
+    assert by_tau[100]["agree"] is False
+    assert by_tau[10]["problems"] == 4 and by_tau[10]["agree"] is None
+
+
+QUICK = problems.get_sweep("quick")
+
+
+class _Recomputed:
+    """A recomputed row as `reproduce` reads it."""
+
+    def __init__(self, problem_id, tau, kl):
+        self.problem_id, self.tau, self.status = problem_id, tau, "ok"
+        self._row = {"problem_id": problem_id, "tau": tau, "kl": kl, "kl_stderr": 0.1}
+
+    def as_dict(self):
+        return self._row
+
+
+@pytest.mark.parametrize("shift, status", [(0.0, 0), (5.0, 1)])
+def test_reproduce_accepts_rows_that_moved_with_training_only_if_they_agree_on_average(
+        mlp_rows, tmp_path, monkeypatch, capsys, shift, status):
+    """Published KLs of 10 (standard error 0.1), recomputed 10 + shift +- 1-2 (as a chaotic
+    training run moves them): every row is off by over 3 standard errors; with no
+    shift the differences average to 0 and reproduce passes, with a shift of 5 (7 standard
+    errors of the mean difference, 0.7) it fails."""
+    template = {k: v for k, v in mlp_rows[0].items() if k != "problem_id"}
+    table_rows = [{**template, "problem_id": pid, "tau": tau, "kl": 10.0, "kl_stderr": 0.1}
+                  for pid, p in QUICK.items() for tau in p.taus]
+    table = baselines.build_table(table_rows, {"quick": QUICK}, {"quick": ["mlp"]}, "0.1.0", "t")
+    baselines.write_table(table, tmp_path / "published.json.gz")
+    monkeypatch.setattr(baselines, "PUBLISHED_TABLE", tmp_path / "published.json.gz")
+    offsets = [2.0, -2.0, 1.5, -1.5, 1.0, -1.0]
+
+    def recompute(agent, sample, name, **kwargs):
+        return [_Recomputed(p.problem_id, tau, 10.0 + shift + offsets[i])
+                for i, p in enumerate(sample) for tau in p.taus]
+
+    monkeypatch.setattr(cli.sweep_lib, "run_agent", recompute)
+    assert cli.main(["reproduce", "--agent", "mlp", "--sweep", "quick"]) == status
+    out = capsys.readouterr().out
+    assert "0 of 12 rows agree" in out
+    if status == 0:
+        assert "tau = 100: mean difference +0 ± 0.7 over 6 problems: zero within" in out
+        assert "on average the published rows are reproduced" in out
+    else:
+        assert "tau = 1: mean difference +5 ± 0.7 over 6 problems: not zero" in out
+
+
 def test_leaderboard_with_baselines_works_without_a_store(published, tmp_path, capsys):
     db = tmp_path / "none.db"
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(db), "--with-baselines",
