@@ -33,6 +33,7 @@ PY=${PYTHON:-python3}
 START=$(date +%s)
 STOP_AT=$((START + DEADLINE_S - 20))  # 20 s to stop the streams and copy the stores
 WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT  # caches and stores; the stores are copied to OUT first
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # three processes share one device
 LOG=$OUT/session.log
