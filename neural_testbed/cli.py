@@ -956,7 +956,8 @@ def _cmd_reproduce(args) -> int:
     for check in paired:
         verdict = {None: f"too few problems to tell (fewer than "
                          f"{baselines.PAIRED_MIN_PROBLEMS})",
-                   True: "zero within 3 standard errors", False: "not zero"}[check["agree"]]
+                   True: f"zero within {baselines.AGREEMENT_SIGMAS:g} standard errors",
+                   False: "not zero"}[check["agree"]]
         print(f"tau = {check['tau']}: mean difference {check['mean_diff']:+.4g} ± "
               f"{check['stderr']:.2g} over {check['problems']} problems: {verdict}")
     if failed:

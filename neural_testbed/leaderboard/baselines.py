@@ -20,6 +20,7 @@ import math
 import os
 import pathlib
 import random
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -255,10 +256,8 @@ def paired_agreement(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         by_tau.setdefault(r["tau"], []).append(r["diff"])
     checks = []
     for tau, diffs in sorted(by_tau.items()):
-        n = len(diffs)
-        mean = sum(diffs) / n
-        stderr = (math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
-                  if n > 1 else math.nan)
+        n, mean = len(diffs), statistics.fmean(diffs)
+        stderr = statistics.stdev(diffs) / math.sqrt(n) if n > 1 else math.nan
         agree = None if n < PAIRED_MIN_PROBLEMS else bool(
             abs(mean) <= AGREEMENT_SIGMAS * stderr or not any(diffs))
         checks.append({"tau": tau, "problems": n, "mean_diff": mean, "stderr": stderr,
