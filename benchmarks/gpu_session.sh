@@ -128,10 +128,11 @@ rest_stream() {  # $1: the stream's store, $2: the sweep, $3: its agents
     --agents "$3" > "$WORK/$1.out" 2>&1
 }
 paper_stream &
-# What the table lacks (2026-11-28: `paper` and `real` complete): cnp last, its
-# meta-training per problem is the longest; bbb's d = 100 problems are hours on 2 cores.
+# What the table lacks (2026-11-28: `paper` and `real` complete, sgmcmc's `regression`
+# too): cnp's meta-training per problem is the longest; bbb's d = 100 problems are
+# hours on 2 cores.
 rest_stream regression1 regression hypermodel,bbb &
-rest_stream regression2 regression sgmcmc,cnp &
+rest_stream regression2 regression cnp &
 wait
 # A run that publish_baselines started outlives its parent's timeout: stop the runs
 # of this session alone (their stores are under WORK), nothing else on the machine.
