@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU measurement, and as many published baseline rows as fit, in one timed run.
+# Every GPU measurement in one timed run.
 #
 # Not a test. A lent GPU machine is held for minutes, so one script does all of it:
 # first, alone on the device: the published rows that failed there before, recomputed
@@ -9,23 +9,23 @@
 # them side by side saves) and with threefry lowered to a CUDA kernel; with MORE=1 also
 # each of XLA's GPU autotuners off, all 210 problems in one program and in 7 worker
 # processes (so is a short sgmcmc), and mlp's 14-config `smoke` sweep with and without
-# configs batched (benchmarks/config_sweep.py). Then, sharing the device,
-# three streams until the deadline:
-#   1. every default agent's `paper` sweep, each `neural-testbed run` timed from a cold
-#      compilation cache (the agents never timed on a GPU first; sgmcmc and the
-#      hypermodel with --workers 7): these times are upper bounds, taken beside the
-#      other streams;
-#   2. and 3. the published baselines not yet computed (on `regression`, split between
-#      two streams; each store starts from the published table, so what it has is not
-#      computed again).
+# configs batched (benchmarks/config_sweep.py). Then, sharing the device, every default
+# agent's `paper` sweep in three streams until the deadline, each `neural-testbed run`
+# timed from a cold compilation cache of its own (upper bounds: taken beside the other
+# streams); sgmcmc and the hypermodel, whose 500,000 and 2,000 steps are one after
+# another, train all 210 problems in one program (`--problems-per-batch 210`, padded to
+# T = 1000: one chain of steps, not seven). The streams' wall time, if all finish, is
+# every default agent's `paper` sweep on one GPU together.
 # At the deadline the streams are stopped (every row already written stays: each
 # problem batch is its own transaction) and the stores are copied, gzipped, to OUT.
+# (The published table is complete since 2026-11-29: the streams that computed its
+# missing rows are gone.)
 #
 # Usage (from the repository root, the project on PYTHONPATH, no install needed):
 #   OUT=/tmp/out DEADLINE_S=560 bash benchmarks/gpu_session.sh
 #   OUT=/tmp/out MORE=1 bash benchmarks/gpu_session.sh      # the longer measurements too
 #   OUT=/tmp/out ALONE=0 bash benchmarks/gpu_session.sh     # only the three streams
-# Merge the stores back with `neural-testbed merge` or tools/publish_baselines.py --db.
+# The stores in OUT hold the streams' rows: `neural-testbed leaderboard --db` reads them.
 set -u
 OUT=${OUT:?set OUT to the folder the logs and stores go to}
 DEADLINE_S=${DEADLINE_S:-560}
@@ -102,44 +102,37 @@ if [ "${ALONE:-1}" != 0 ] && [ "${MORE:-0}" != 0 ]; then
   until_deadline "$PY" benchmarks/config_sweep.py --batches 1,14 2>&1 | tee -a "$LOG"
 fi
 
-say "== shared: three streams until the deadline"
-paper_stream() {
-  # Those never timed on a GPU first, then those timed over 2 minutes beside other
-  # streams (2026-11-27 and -28; sgmcmc, the longest, last), then those timed under 2.
-  # sgmcmc and the hypermodel, whose 500,000 and 2,000 steps are one after another
-  # (latency-bound on a GPU), in 7 worker processes, one per T: the same rows.
-  for agent in ensemble laplace deep_kernel knn random_forest bbb epinet hypermodel sgmcmc \
-               mlp ensemble+ dropout; do
+say "== shared: every default agent's paper sweep, three streams until the deadline"
+paper_stream() {  # $1: the stream's name (its store), then its agents, longest first
+  local stream=$1 agent
+  shift
+  for agent in "$@"; do
     local t0=$(date +%s%N) more=()
-    case $agent in sgmcmc|hypermodel) more=(--workers 7) ;; esac
+    case $agent in sgmcmc|hypermodel) more=(--problems-per-batch 210) ;; esac
     NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$agent" until_deadline "${CLI[@]}" run --agent "$agent" \
-      --sweep paper --db "$WORK/paper.db" --quiet --keep-going "${more[@]}" \
+      --sweep paper --db "$WORK/$stream.db" --quiet --keep-going "${more[@]}" \
       > "$WORK/paper-$agent.out" 2>&1
     local rc=$?
     say "paper $agent ${more[*]} rc=$rc $(( ($(date +%s%N) - t0) / 1000000 )) ms" \
         "$(grep -h 'compil' "$WORK/paper-$agent.out" | tail -1)"
-    [ "$(left)" -gt 2 ] || break
+    [ "$(left)" -gt 2 ] || return 1
   done
 }
-rest_stream() {  # $1: the stream's store, $2: the sweep, $3: its agents
-  cp neural_testbed/leaderboard/published_baselines.json.gz "$WORK/$1.json.gz"
-  NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$1" until_deadline "$PY" tools/publish_baselines.py \
-    --db "$WORK/$1.db" --resume-from-table --compute --sweeps "$2" --out "$WORK/$1.json.gz" \
-    --agents "$3" > "$WORK/$1.out" 2>&1
-}
-paper_stream &
-# What the table lacks (2026-11-28: `paper` and `real` complete, sgmcmc's `regression`
-# too): cnp's meta-training per problem is the longest; bbb's d = 100 problems are
-# hours on 2 cores.
-rest_stream regression1 regression hypermodel,bbb &
-rest_stream regression2 regression cnp &
-wait
-# A run that publish_baselines started outlives its parent's timeout: stop the runs
-# of this session alone (their stores are under WORK), nothing else on the machine.
+# Each stream starts with an agent timed over 2 minutes (2026-11-27 and -28, beside other
+# work) or never timed; mlp, ensemble+ and dropout, timed under 2, come last.
+t_streams=$(date +%s)
+paper_stream paper1 sgmcmc knn random_forest mlp &
+paper_stream paper2 hypermodel epinet ensemble+ &
+paper_stream paper3 bbb ensemble laplace deep_kernel dropout &
+finished=0
+for stream in $(jobs -p); do wait "$stream" && finished=$((finished + 1)); done
+say "streams: $finished of 3 finished every agent; $(( $(date +%s) - t_streams )) s" \
+    "from their start (all twelve agents' paper sweeps together, if 3 of 3)"
+# Stop what is left of this session's runs (their stores are under WORK), nothing else.
 pkill -f -- "--db $WORK/"
 sleep 1
 say "== streams stopped; copying the stores"
-for db in paper regression1 regression2; do
+for db in paper1 paper2 paper3; do
   [ -f "$WORK/$db.db" ] || continue
   "$PY" -c "import sqlite3, sys; src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); \
 src.backup(dst); print(sys.argv[1], dst.execute('select count(*) from results').fetchone()[0], 'rows')" \
