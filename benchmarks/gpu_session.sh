@@ -104,9 +104,10 @@ fi
 
 say "== shared: every default agent's paper sweep, three streams until the deadline"
 paper_stream() {  # $1: the stream's name (its store), then its agents, longest first
-  local stream=$1 agent
+  local stream=$1 agent all_ok=0
   shift
   for agent in "$@"; do
+    [ "$(left)" -gt 2 ] || return 1
     local t0=$(date +%s%N) more=()
     case $agent in sgmcmc|hypermodel) more=(--problems-per-batch 210) ;; esac
     NEURAL_TESTBED_CACHE_DIR="$WORK/cache-$agent" until_deadline "${CLI[@]}" run --agent "$agent" \
@@ -115,8 +116,9 @@ paper_stream() {  # $1: the stream's name (its store), then its agents, longest 
     local rc=$?
     say "paper $agent ${more[*]} rc=$rc $(( ($(date +%s%N) - t0) / 1000000 )) ms" \
         "$(grep -h 'compil' "$WORK/paper-$agent.out" | tail -1)"
-    [ "$(left)" -gt 2 ] || return 1
+    [ "$rc" = 0 ] || all_ok=1
   done
+  return $all_ok
 }
 # Each stream starts with an agent timed over 2 minutes (2026-11-27 and -28, beside other
 # work) or never timed; mlp, ensemble+ and dropout, timed under 2, come last.
