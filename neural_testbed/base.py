@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 from collections.abc import Callable, Hashable
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -35,6 +36,7 @@ __all__ = [
     "TestSamples",
     "as_sampler",
     "build_instance",
+    "definition_hash",
     "definition_seed",
     "ood_key",
     "problem_keys",
@@ -295,6 +297,32 @@ def definition_seed(definition: str) -> int:
     return int.from_bytes(hashlib.sha256(definition.encode()).digest()[:4], "little")
 
 
+# Fields that are not part of what a row evaluates: the id names it, every tau is a
+# row of its own (and the draws do not depend on the set of taus), N and M are key
+# columns of the row, and a dataset file's path is not its contents (its digest is).
+_NOT_DEFINITION = ("problem_id", "taus", "num_test", "num_samples", "dataset")
+
+
+@functools.lru_cache(maxsize=4096)
+def definition_hash(problem: "Problem") -> str:
+    """A stable hash of what a problem's rows evaluate: its family, ``key_seed`` and every
+    field that changes its numbers (a dataset file's digest, not its path).
+
+    The results store keys rows by it beside the problem id, so a row is never served
+    for other data under the same id (an edited file, another file of the same name,
+    a built-in problem whose definition changed).
+    """
+    if dataclasses.is_dataclass(problem):
+        fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
+                  if f.name not in _NOT_DEFINITION}
+    else:  # a user's problem class that is not a dataclass: its repr stands in
+        fields = {"repr": repr(problem)}
+    fields.update(family=type(problem).__name__, key_seed=int(problem.key_seed),
+                  num_hyperplanes=int(problem.num_hyperplanes), target=str(problem.target))
+    text = json.dumps(fields, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def build_instance(problem: "Problem", template: "Problem") -> ProblemInstance:
     """``problem``'s instance, built by a program compiled once per ``template`` (the
     problem with every field that is not part of its shape reset)."""
@@ -333,6 +361,7 @@ class ProblemResult:
     config_hash: str  # stable id of (agent, config)
     config: str  # canonical JSON of the config
     problem_id: str
+    problem_hash: str  # base.definition_hash of the problem: what the row evaluated
     temperature: float
     num_train: int
     seed: int

@@ -20,7 +20,7 @@ from neural_testbed import active, base, compilation_cache, generative, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.generative import datasets
-from neural_testbed.leaderboard import baselines, correlation, executors, probing
+from neural_testbed.leaderboard import baselines, correlation, counted, executors, probing
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import runner
 from neural_testbed.leaderboard import scoring, studies
@@ -542,6 +542,24 @@ def _compute(args, configs: Sequence[Any], announce: str,
     return summary, problems
 
 
+def _rows_of_run(store: store_lib.ResultsStore, agent: str, configs: Sequence[Any],
+                 problems: Sequence[Any], estimator: str, agent_seed: int,
+                 status: str | None = None) -> list[dict[str, Any]]:
+    """The stored rows a run of ``configs`` on ``problems`` computes or reuses, exactly:
+    each problem's id and definition, its taus, N and M (rows of other ``--taus`` or
+    settings stored under the same ids are not this run's), in the problems' order."""
+    hashes = {store_lib.config_hash(agent, c) for c in configs}
+    keys = {(p.problem_id, base.definition_hash(p), tau, p.num_test, p.num_samples): i
+            for i, p in enumerate(problems) for tau in p.taus}
+    rows = [r for r in store.rows(agent=agent, status=status)
+            if r["config_hash"] in hashes and r["estimator"] == estimator
+            and r["agent_seed"] == agent_seed
+            and (r["problem_id"], r["problem_hash"], r["tau"], r["num_test"],
+                 r["num_samples"]) in keys]
+    return sorted(rows, key=lambda r: (keys[r["problem_id"], r["problem_hash"], r["tau"],
+                                            r["num_test"], r["num_samples"]], r["tau"]))
+
+
 def _number(value, spec: str) -> str:
     """``value`` formatted with ``spec``, or n/a where it is undefined (None or NaN),
     as accuracy and ECE are on regression problems."""
@@ -568,8 +586,8 @@ def _problem_table(rows: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> st
                 cell += f" !{r['num_clipped']}"  # infinite terms clipped
             line += f"{cell:>24}"
         marginal = by_tau.get(taus[0])
-        if marginal is not None and marginal["status"] == "ok":
-            secs = first["train_seconds"] + sum(r["eval_seconds"] for r in by_tau.values())
+        if marginal is not None and all(r["status"] == "ok" for r in by_tau.values()):
+            secs = marginal["train_seconds"] + sum(r["eval_seconds"] for r in by_tau.values())
             line += (f"{_number(marginal['accuracy'], '.3f'):>7}"
                      f"{_number(marginal['ece'], '.3f'):>7}{secs:>7.2f}")
         lines.append(line)
@@ -614,14 +632,8 @@ def _cmd_run(args) -> int:
     start = time.perf_counter()
     summary, problems = _compute(args, [config], f"agent {args.agent}: {config}")
     seconds = time.perf_counter() - start
-    ids = {p.problem_id for p in problems}
     with store_lib.ResultsStore(args.db, create=False) as store:
-        want = store_lib.config_hash(args.agent, config)
-        rows = [r for r in store.rows(agent=args.agent)
-                if r["config_hash"] == want and r["problem_id"] in ids
-                and r["estimator"] == args.estimator and r["agent_seed"] == args.seed]
-        order = {p.problem_id: i for i, p in enumerate(problems)}
-        rows.sort(key=lambda r: (order[r["problem_id"]], r["tau"]))
+        rows = _rows_of_run(store, args.agent, [config], problems, args.estimator, args.seed)
         if args.output:
             store.to_csv(args.output, rows)
     taus = sorted({t for p in problems for t in p.taus})
@@ -669,6 +681,7 @@ def _cmd_diagnose(args) -> int:
         want = store_lib.config_hash(args.agent, config)
         rows = sorted((r for r in store.rows(agent=args.agent)
                        if r["config_hash"] == want and r["problem_id"] == args.problem
+                       and r["problem_hash"] == base.definition_hash(problem)
                        and r["tau"] in problem.taus and r["agent_seed"] == args.seed
                        and r["num_test"] == problem.num_test
                        and r["num_samples"] == problem.num_samples
@@ -727,9 +740,8 @@ def _cmd_sweep(args) -> int:
     print(f"done in {time.perf_counter() - start:.1f} s: {summary.computed} rows computed, "
           f"{summary.reused} reused, {summary.failed} failed")
     with store_lib.ResultsStore(args.db, create=False) as store:
-        failed = [r for r in store.rows(agent=args.agent, status="failed")
-                  if r["problem_id"] in problems
-                  and r["config_hash"] in {store_lib.config_hash(args.agent, c) for c in configs}]
+        failed = _rows_of_run(store, args.agent, configs, list(problems.values()),
+                              args.estimator, args.seed, status="failed")
     return _report_failures(failed, args.keep_going)
 
 
@@ -748,24 +760,15 @@ def _stored_rows(args) -> list[dict[str, Any]]:
     return rows
 
 
-def _with_published(rows: list[dict[str, Any]], problems: Mapping[str, Any],
-                    agents: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """``rows`` plus the published rows of ``agents`` (None: every published agent) that
-    have no successful row on ``problems`` in ``rows``; says which, and of which version."""
-    published = baselines.load()
-    stored = {r["agent"] for r in rows if r["problem_id"] in problems and r["status"] == "ok"}
-    if agents is None:
-        agents = sorted({r["agent"] for r in published.rows})
-    extra, notes = baselines.rows_for(published, [a for a in agents if a not in stored],
-                                      problems)
-    used = sorted({r["agent"] for r in extra})
-    if used:
-        where = published.describe(used, problems)
-        print(f"note: {', '.join(used)}: the published baseline rows ({where}): "
-              "your store has none of these agents on this sweep", file=sys.stderr)
+def _counted(rows: list[dict[str, Any]], problems: Mapping[str, Any],
+             published_agents: Sequence[str] | None = ()) -> list[dict[str, Any]]:
+    """The rows that count on ``problems`` (:func:`counted.counted_rows`: the store's,
+    and the published rows of ``published_agents`` where the store lacks them); its
+    notes go to stderr."""
+    rows, notes = counted.counted_rows(rows, problems, published_agents)
     for note in notes:
-        print(f"note: published baselines: {note}", file=sys.stderr)
-    return rows + extra
+        print(f"note: {note}", file=sys.stderr)
+    return rows
 
 
 def _study_metrics(args, names: Sequence[str], problems: Mapping[str, Any]):
@@ -784,7 +787,7 @@ def _study_metrics(args, names: Sequence[str], problems: Mapping[str, Any]):
 # --metrics names that stand for several columns (ece and accuracy are always shown).
 _METRIC_SHORTHANDS = {"ece": (), "accuracy": (),
                       "aud": ("aud_ood_aleatoric", "aud_ood_epistemic", "aud_ood_total")}
-_BOARD_COLUMNS = ("agent", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_1_norm_stderr", "kl_100",
+_BOARD_COLUMNS = ("agent", "source", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_1_norm_stderr", "kl_100",
                   "kl_100_stderr", "kl_100_norm", "kl_100_norm_stderr", "kl_agg", "accuracy",
                   "ece", "seconds_per_problem", "problems", "of", "clipped", "flag", "metric",
                   "selection", "config_hash", "changes")
@@ -830,9 +833,7 @@ def _check_agent_in_store(name: str, rows: Sequence[Mapping[str, Any]], db: str,
 
 def _cmd_leaderboard(args) -> int:
     problems = _sweep_problems(args)
-    rows = _stored_rows(args)
-    if args.with_baselines:
-        rows = _with_published(rows, problems)
+    rows = _counted(_stored_rows(args), problems, None if args.with_baselines else ())
     if args.baseline not in registry.AGENTS:  # a registered baseline may simply have no rows
         _check_agent_in_store(args.baseline, rows, args.db, "--baseline")
     asked = [m for m in args.metrics.split(",") if m]
@@ -874,7 +875,7 @@ def _cmd_compare(args) -> int:
     baseline_names = args.baseline or ["mlp"]
     rows = _stored_rows(args)  # the store alone is compared: no agent need be registered
     _check_agent_in_store(args.agent, rows, args.db, "--agent")
-    rows = _with_published(rows, problems, baseline_names)
+    rows = _counted(rows, problems, baseline_names)
     have = {r["agent"] for r in rows}
     for name in baseline_names:
         if name not in have:
@@ -900,7 +901,7 @@ def _cmd_compare(args) -> int:
         diff, taus, where, cell = f"{args.metric}_diff", (), "", "setting"
     print(f"{args.agent} - baseline{what}, pooled over the {args.sweep} sweep (stratified by "
           "(temperature, T); two-sided t-test, df = pairs - settings):")
-    print(scoring.format_records(pooled, "table", ("baseline", *taus, diff, "stderr",
+    print(scoring.format_records(pooled, "table", ("baseline", "source", *taus, diff, "stderr",
                                                    "p_value", "pairs", "df", "verdict", "flag")))
     for r in pooled:
         if abs(r[diff]) < r["stderr"]:
@@ -908,7 +909,7 @@ def _cmd_compare(args) -> int:
                   f"differ by less than one standard error ({r[diff]:.4g} vs "
                   f"{r['stderr']:.4g}): more problems or seeds are needed to order them")
     print(f"\n{args.agent} - baseline per (temperature, T) (paired t-test, df = pairs - 1):")
-    print(scoring.format_records(cells, "table", ("baseline", "temperature", "num_train", *taus,
+    print(scoring.format_records(cells, "table", ("baseline", "source", "temperature", "num_train", *taus,
                                                   diff, "stderr", "p_value", "pairs",
                                                   "verdict", "flag")))
     for name in baseline_names:
@@ -976,9 +977,9 @@ def _cmd_plot(args) -> int:
     plots = _figures_module("neural_testbed.leaderboard.plots")
     _check_output_dir(args.out, "--out")
     problems = _sweep_problems(args)
-    rows = _stored_rows(args)
-    if args.with_baselines:
-        rows = _with_published(rows, problems)
+    real = problems_lib.get_sweep(args.real_sweep) if args.real_sweep else {}
+    rows = _counted(_stored_rows(args), {**problems, **real},
+                    None if args.with_baselines else ())
     if args.agent:  # checked before any figure is drawn
         spec = _registered_agent(args.agent, rows)
         config = registry.parse_overrides(spec, args.overrides)
@@ -988,7 +989,6 @@ def _cmd_plot(args) -> int:
                              "--sweep paper`")
     records = None
     if args.real_sweep:  # computed before any figure is drawn: a bad pairing is one line
-        real = problems_lib.get_sweep(args.real_sweep)
         _remember_datasets(args, real)
         on_both = ({r["agent"] for r in rows if r["problem_id"] in problems}
                    & {r["agent"] for r in rows if r["problem_id"] in real})
@@ -1024,6 +1024,7 @@ def _cmd_correlate(args) -> int:
     rows = _stored_rows(args)
     for name in agents:
         _check_agent_in_store(name, rows, args.db, "--agent")
+    rows = _counted(rows, {**synthetic, **real})
     records = correlation.correlate(rows, synthetic, real, agents, args.baseline,
                                     num_bootstrap=args.num_bootstrap, seed=0)
     notes = sys.stdout if args.format == "table" else sys.stderr  # CSV and Markdown stay clean

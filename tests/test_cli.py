@@ -50,6 +50,30 @@ def test_run_prints_each_problem_and_an_aggregate_and_writes_csv(tmp_path, capsy
     assert {r["tau"] for r in rows} == {"1", "2"} and {r["status"] for r in rows} == {"ok"}
 
 
+def test_run_shows_and_writes_only_its_own_rows_beside_failed_rows_at_other_taus(
+        tmp_path, capsys):
+    """Failed rows of an earlier run at other taus (same problems, config and seed) are
+    not this run's: they used to crash its table (None seconds) and leak into --output
+    and the failure report."""
+    db, out_csv = tmp_path / "r.db", tmp_path / "rows.csv"
+    config = agents.MLPConfig(num_steps=50)
+    smoke = leaderboard.get_sweep("smoke")
+    earlier = [dataclasses.replace(p, taus=(7,)) for p in smoke.values()]
+    with leaderboard.ResultsStore(db) as store:
+        store.write([dataclasses.replace(r, train_seconds=None, eval_seconds=None)
+                     for r in runner.failed_rows("mlp", config, earlier, "auto", 0, "boom")])
+    argv = ["run", "--agent", "mlp", "--set", "num_steps=50", "--quiet", "--sweep", "smoke",
+            "--taus", "1,2", "--db", str(db), "--units-at-once", "1"]
+    for extra in ([], ["--output", str(out_csv)]):  # computed, then reused
+        assert cli.main(argv + extra) == 0
+        out, err = capsys.readouterr()
+        assert "failed" not in out.lower() and "FAILED" not in err
+    assert "0 rows computed, 8 reused" in out
+    with open(out_csv) as f:
+        assert sorted({(r["tau"], r["status"]) for r in csv.DictReader(f)}) == [
+            ("1", "ok"), ("2", "ok")]
+
+
 def test_run_defaults_to_the_quick_sweep_at_taus_1_and_100():
     args = cli._parser().parse_args(["run", "--agent", "mlp"])
     assert args.sweep == "quick" and args.taus is None
@@ -317,7 +341,7 @@ def test_leaderboard_refuses_a_baseline_that_is_nowhere(store, capsys):
     # A registered agent without results is a note, not an error: the table is still shown.
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store),
                      "--baseline", "ensemble"]) == 0
-    assert "note: no ensemble results for this sweep" in capsys.readouterr().err
+    assert "note: no ensemble default-config results for this sweep" in capsys.readouterr().err
 
 
 def test_compare_reads_agents_from_the_store_and_names_the_ones_it_has(store, capsys):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from neural_testbed.diagnostics import report
 from neural_testbed.leaderboard import problems as problems_lib
-from neural_testbed.leaderboard import scoring, studies
+from neural_testbed.leaderboard import counted, scoring, studies
 from neural_testbed.leaderboard import store as store_lib
 
 __all__ = ["compare_frame", "leaderboard_frame", "results_frame", "studies_frame"]
@@ -52,17 +52,20 @@ def results_frame(db: str = store_lib.DEFAULT_DB):
 
 
 def leaderboard_frame(db: str = store_lib.DEFAULT_DB, sweep: str = "quick",
-                      tuning: str = "global", baseline: str = "mlp", selection: str = "same"):
-    """One row per agent: the ``neural-testbed leaderboard`` table, with every
-    diagnostics scalar and the stored studies' ``tal`` and ``self_certainty``, each
-    beside its ``<name>_stderr``.
+                      tuning: str = "global", baseline: str = "mlp", selection: str = "same",
+                      with_baselines: bool = False):
+    """One row per agent: the ``neural-testbed leaderboard [--with-baselines]`` table,
+    with every diagnostics scalar and the stored studies' ``tal`` and
+    ``self_certainty``, each beside its ``<name>_stderr``; the rows that count are
+    :func:`counted.counted_rows`'s, and ``source`` says which are published.
 
     Example:
       >>> leaderboard_frame("results.db", sweep="paper", tuning="per-setting",
       ...                   selection="held-out")
     """
     problems = problems_lib.get_sweep(sweep)
-    records, _ = scoring.score_agents(_rows(db), problems, tuning, baseline, selection,
+    rows, _ = counted.counted_rows(_rows(db), problems, None if with_baselines else ())
+    records, _ = scoring.score_agents(rows, problems, tuning, baseline, selection,
                                       _study_values(db, problems))
     return _pandas().DataFrame(records)
 
@@ -75,11 +78,13 @@ def compare_frame(agent: str, baselines: Sequence[str] = ("mlp",),
     The ``scope == "pooled"`` rows (over the whole sweep, per baseline and tau)
     come first, then one row per (baseline, temperature, T, tau). A ``metric``
     other than ``"kl"`` (see :data:`scoring.COMPARE_METRICS`) has no tau and its
-    difference in ``<metric>_diff``.
+    difference in ``<metric>_diff``. As the command does, the published rows of the
+    baselines fill what the store lacks (``source`` says so).
     """
     problems = problems_lib.get_sweep(sweep)
     per_problem = _study_values(db, problems) if metric in studies.METRICS else None
-    records = scoring.compare_agents(_rows(db), problems, agent, baselines, selection, metric,
+    rows, _ = counted.counted_rows(_rows(db), problems, list(baselines))
+    records = scoring.compare_agents(rows, problems, agent, baselines, selection, metric,
                                      per_problem)
     return _pandas().DataFrame(records)
 

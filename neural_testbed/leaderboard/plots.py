@@ -122,6 +122,17 @@ class _PlainLogFormatter(ticker.LogFormatter):
         return f"{x:g}" if super().__call__(x, pos) else ""
 
 
+def _source_labels(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Each agent's legend name, marked where any of its records' rows are published
+    (``source``, see :mod:`neural_testbed.leaderboard.counted`)."""
+    sources: dict[str, set[str]] = {}
+    for r in records:
+        sources.setdefault(r["agent"], set()).update(r.get("source", "local").split("+"))
+    return {agent: agent + (" [published]" if found == {"published"} else
+                            " [partly published]" if "published" in found else "")
+            for agent, found in sources.items()}
+
+
 def _finite(value: Any) -> bool:
     try:
         return math.isfinite(value)
@@ -167,7 +178,7 @@ def figure_normalised_kl(
     figure = new_figure(_SIZE_FIGURE_2)
     axes = figure.subplots(1, 2)
     positions = np.arange(len(records))
-    labels = [r["agent"] + ("*" if r.get("flag") else "") for r in records]
+    labels = [r.get("label", r["agent"]) + ("*" if r.get("flag") else "") for r in records]
     for ax, tau in zip(axes, (1, 100)):
         normalised = any(_finite(r[f"kl_{tau}_norm"]) for r in records)
         values, errors = [], []
@@ -226,6 +237,7 @@ def figure_kl_vs_num_train(
     figure = new_figure(_SIZE_FIGURES_8_9)
     axes = figure.subplots(1, len(temperatures), squeeze=False)[0]
     agents = sorted({r["agent"] for r in records}, key=lambda a: (a == baseline, a))
+    names = _source_labels(records)
     for ax, temperature in zip(axes, temperatures):
         for agent in agents:
             points = sorted((r["num_train"], r["kl"], r["kl_stderr"]) for r in records
@@ -235,7 +247,8 @@ def figure_kl_vs_num_train(
             num_train, kl, se = zip(*points)
             is_base = agent == baseline
             ax.errorbar(num_train, kl, yerr=[s if _finite(s) else 0.0 for s in se],
-                        label=agent, color=colours[agent], linestyle="--" if is_base else "-",
+                        label=names[agent], color=colours[agent],
+                        linestyle="--" if is_base else "-",
                         linewidth=2 if is_base else 1.5, marker="o", markersize=4, capsize=2)
         ax.set_xscale("log")
         ax.set_xlabel("T (training pairs)")
@@ -285,13 +298,14 @@ def figure_kl_vs_time(
     divisor = baseline_kl_100 if normalised else 1.0
     colours = _colours((r["agent"] for r in records), baseline)
     most = max(r["problems"] for r in records)
+    names = _source_labels(records)
     figure = new_figure(_SIZE_FIGURE_10)
     ax = figure.subplots()
     for agent in sorted({r["agent"] for r in records}):
         mine = [r for r in records if r["agent"] == agent]
         full = [r["problems"] == most for r in mine]
         ax.scatter([r["seconds_per_problem"] for r in mine], [r["kl_100"] / divisor for r in mine],
-                   label=agent, s=30, edgecolors=colours[agent], linewidths=1.2,
+                   label=names[agent], s=30, edgecolors=colours[agent], linewidths=1.2,
                    facecolors=[colours[agent] if f else "none" for f in full])
     ax.set_xscale("log")
     ax.set_xlabel("seconds per problem (train + evaluate)")
@@ -376,8 +390,8 @@ def save_figures(
 
     Figures 2, 8 and 9 use per-setting tuning (the best config per
     (temperature, T), as the paper does), so the three show the same tuned
-    results. Figure 10 normalises by the baseline's
-    globally tuned d_KL^100, the best single config, like each of its points.
+    results. Figures 2 and 10 normalise by the baseline's default config (the
+    normaliser of every table, see :func:`scoring.score_agents`).
 
     Args:
       rows: stored rows (``ResultsStore.rows()``).
@@ -400,7 +414,10 @@ def save_figures(
     out_dir.mkdir(parents=True, exist_ok=True)
     settings = scoring.kl_by_setting(rows, problems, tuning="per-setting")
     global_tuned = scoring.score_agents(rows, problems, tuning="global", baseline=baseline)[0]
-    base_kl_100 = next((r["kl_100"] for r in global_tuned if r["agent"] == baseline), math.nan)
+    default = configs_lib.config_hash(baseline, registry.AGENTS[baseline].default) \
+        if baseline in registry.AGENTS else None
+    base_kl_100 = next((r["kl_100"] for r in global_tuned if r["agent"] == baseline
+                        and r["config_hash"] == default), math.nan)
     paths = [
         figure_normalised_kl(tuned, out_dir / "figure2.png", baseline),
         figure_kl_vs_num_train(settings, 1, out_dir / "figure8.png", baseline),

@@ -22,6 +22,7 @@ __all__ = [
     "REAL_DATASETS",
     "SWEEPS",
     "Problem",
+    "builtin_hashes",
     "get_sweep",
     "load_problem",
     "prior_knowledge",
@@ -180,3 +181,20 @@ def get_sweep(name: str) -> Mapping[str, Problem]:
         return SWEEPS[name]
     except KeyError:
         raise ValueError(f"unknown sweep {name!r}; allowed: {', '.join(SWEEPS)}") from None
+
+
+def builtin_hashes() -> dict[str, str]:
+    """Each built-in problem id's :func:`base.definition_hash` today, for rows a store
+    wrote before it recorded the hash (schema 3 and older): those rows were computed on
+    today's definitions of these ids (definitions that changed since bumped the schema).
+    An id two sweeps define differently is left out, as are the real-data sweeps' where
+    scikit-learn is not installed: their old rows then match no problem."""
+    hashes: dict[str, set[str]] = {}
+    for name in SWEEPS:
+        try:
+            sweep = SWEEPS[name]
+        except ValueError:  # a real-data sweep without scikit-learn
+            continue
+        for pid, problem in sweep.items():
+            hashes.setdefault(pid, set()).add(base.definition_hash(problem))
+    return {pid: next(iter(found)) for pid, found in hashes.items() if len(found) == 1}

@@ -379,7 +379,8 @@ def result_row(agent_name: str, config_hash: str, config_json: str, problem: bas
     """A row with every key column filled in from the problem and the run settings."""
     return base.ProblemResult(
         agent=agent_name, config_hash=config_hash, config=config_json,
-        problem_id=problem.problem_id, temperature=problem.temperature,
+        problem_id=problem.problem_id, problem_hash=base.definition_hash(problem),
+        temperature=problem.temperature,
         num_train=problem.num_train, seed=problem.seed, input_dim=problem.input_dim,
         num_classes=problem.num_classes, tau=tau, num_test=problem.num_test,
         num_samples=problem.num_samples, estimator=estimator, agent_seed=agent_seed,

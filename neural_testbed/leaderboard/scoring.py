@@ -25,6 +25,7 @@ import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from neural_testbed import base
 from neural_testbed.diagnostics import report as diagnostics_report
 
 __all__ = [
@@ -66,6 +67,7 @@ class _ProblemScore:
     ece: float = math.nan
     seconds: float = 0.0  # train + every tau's evaluation
     clipped: set[int] = dataclasses.field(default_factory=set)  # taus with num_clipped > 0
+    sources: set[str] = dataclasses.field(default_factory=set)  # "local", "published"
     diagnostics: dict[str, float] = dataclasses.field(default_factory=dict)  # smallest tau's
 
 
@@ -167,13 +169,15 @@ def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
     for r in rows:
         p = problems.get(r["problem_id"])
         if (p is None or r["status"] != "ok" or r["tau"] not in p.taus
-                or r["num_test"] != p.num_test or r["num_samples"] != p.num_samples):
+                or r["num_test"] != p.num_test or r["num_samples"] != p.num_samples
+                or r.get("problem_hash") != base.definition_hash(p)):  # other data, same id
             continue
         metrics.add(r.get("metric") or "kl")  # rows from before the column: KL
         cand = (r["agent"], r["config_hash"], r["estimator"], r["agent_seed"])
         configs[cand] = r["config"]
         s = scores.setdefault(cand, {}).setdefault(r["problem_id"], _ProblemScore(kl={}))
         s.kl[r["tau"]] = r["kl"]
+        s.sources.add(r.get("source", "local"))
         if r.get("num_clipped") or 0:
             s.clipped.add(r["tau"])
         if r["tau"] == min(p.taus):
@@ -279,14 +283,20 @@ def score_agents(
     baseline: str = "mlp",
     selection: str = "same",
     per_problem: PerProblem | None = None,
+    defaults: Mapping[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The leaderboard: one record per agent, sorted by d_KL^agg.
+    """The leaderboard: one record per agent's tuned choice, sorted by d_KL^agg, and one
+    more for its default config where the tuned choice is another.
 
     ``kl_<tau>`` is the mean over the reported problems with its stratified
     ``kl_<tau>_stderr``. ``kl_<tau>_norm`` = A / B, the agent's and the baseline's
     means over the problems both cover, and ``kl_<tau>_norm_stderr`` its
     delta-method error over those pairs (not a ratio of two errors: a problem
-    hard for one agent is hard for both). ``clipped`` counts the tuned choice's
+    hard for one agent is hard for both). The baseline B is always the baseline
+    agent's default config, whatever its tuning picks. ``source`` says where a
+    record's rows came from (``local``, ``published`` or ``local+published``,
+    see :mod:`neural_testbed.leaderboard.counted`) and ``label`` names the record
+    in tables and figures. ``clipped`` counts the tuned choice's
     (problem, tau) rows that clipped infinite KL terms; ``flag`` names them and
     any missing problems.
 
@@ -301,6 +311,7 @@ def score_agents(
       per_problem: more per-problem values, by (agent, config hash, agent seed,
         problem id) and name (e.g. the studies' ``tal``, see
         :func:`neural_testbed.leaderboard.studies.per_problem_metrics`).
+      defaults: agent -> its default config's hash (default: the registered agents').
 
     Each diagnostics scalar (and each name of ``per_problem``) gets the mean over
     the reported problems that have it and its stratified ``<name>_stderr``
@@ -316,14 +327,29 @@ def score_agents(
     taus = _taus(problems)
     agents = sorted({c[0] for c in scores})
     tuned = {a: _tuned(a, scores, configs, problems, tuning, halves) for a in agents}
-    warnings = []
-    base = tuned[baseline][0] if baseline in tuned else {}
-    if not base:
-        warnings.append(f"no {baseline} results for this sweep, so KL is not normalised; run "
-                        f"`neural-testbed sweep --agent {baseline}` (or `run`) to add them")
-    records = []
+    defaults = _defaults(agents) if defaults is None else defaults
+    chosen = []  # (agent, its scores, config, hashes, whether it is the extra default row)
     for agent in agents:
-        by_pid, config, hashes = tuned[agent]
+        chosen.append((agent, *tuned[agent], False))
+        default = _default_candidate(agent, scores, defaults, halves[0], taus)
+        if default is not None and tuned[agent][2] != default[1]:
+            chosen.append((agent, {pid: s for pid, s in scores[default].items()
+                                   if pid in halves[1]}, configs[default], default[1], True))
+    warnings = []
+    base = {}
+    default = _default_candidate(baseline, scores, defaults, halves[0], taus)
+    if default is not None:
+        base = {pid: s for pid, s in scores[default].items() if pid in halves[1]}
+    elif baseline in tuned and baseline not in defaults:
+        base = tuned[baseline][0]
+        warnings.append(f"{baseline} is not a registered agent here, so its default config is "
+                        "unknown: KL is normalised by its tuned config")
+    if not base:
+        warnings.append(f"no {baseline} default-config results for this sweep, so KL is not "
+                        f"normalised; run `neural-testbed run --agent {baseline}` (or "
+                        "`leaderboard --with-baselines`) to add them")
+    records = []
+    for agent, by_pid, config, hashes, extra in chosen:
         record: dict[str, Any] = {"agent": agent}
         for tau in taus:
             mean, se, _ = _stratified((_setting(problems[pid]), s.kl[tau])
@@ -346,6 +372,8 @@ def score_agents(
         record["clipped"] = sum(len(s.clipped) for s in by_pid.values())
         record["flag"] = _flag(len(halves[1]) - len(by_pid), len(halves[1]), record["clipped"])
         record["metric"] = metric
+        record["source"] = _source(by_pid)
+        record["label"] = _label(agent, record["source"], extra)
         record["selection"] = selection
         record["config_hash"] = hashes
         record["config"] = config
@@ -360,6 +388,32 @@ def score_agents(
     return records, warnings
 
 
+def _defaults(agents: Iterable[str]) -> dict[str, str]:
+    from neural_testbed.leaderboard import counted  # the registry: only when not given
+
+    return counted.default_hashes(agents)
+
+
+def _default_candidate(agent: str, scores, defaults: Mapping[str, str], select: set[str],
+                       taus) -> Candidate | None:
+    """The agent's default-config candidate (of its seeds and estimators, the one tuning
+    would pick), or None where it has none or its default is unknown."""
+    cands = [c for c in scores if c[0] == agent and c[1] == defaults.get(agent)]
+    return _best(cands, scores, select, taus) if cands else None
+
+
+def _source(by_pid: Mapping[str, _ProblemScore]) -> str:
+    """Where a record's rows came from: ``local``, ``published`` or both."""
+    return "+".join(sorted(set().union(*(s.sources for s in by_pid.values())))) or "local"
+
+
+def _label(agent: str, source: str, extra_default: bool) -> str:
+    """A record's name in tables and figures: the agent, which config, which rows."""
+    label = agent + (" (default)" if extra_default else "")
+    return label + {"published": " [published]",
+                    "local+published": " [partly published]"}.get(source, "")
+
+
 def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> list[str]:
     """Warnings for neighbours in the ranking whose mean KLs differ by less than the larger
     of their standard errors at some tau: their order there is noise."""
@@ -369,7 +423,7 @@ def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> l
                  if abs(upper[f"kl_{tau}"] - lower[f"kl_{tau}"])
                  < max(upper[f"kl_{tau}_stderr"], lower[f"kl_{tau}_stderr"])]
         if close:
-            notes.append(f"{upper['agent']} and {lower['agent']} differ by less than a standard "
+            notes.append(f"{upper['label']} and {lower['label']} differ by less than a standard "
                          f"error at tau = {', '.join(map(str, close))}: their order there is "
                          f"not meaningful (`compare --agent {lower['agent']} --baseline "
                          f"{upper['agent']}` tests it on paired problems)")
@@ -424,7 +478,8 @@ def compare_agents(
     paired t-test (df = pairs - 1). ``verdict`` is ``better`` (lower KL) or
     ``worse`` where ``p_value < 0.05``, else ``n.s.``, or ``n/a`` when there is
     no variance estimate (a setting with one pair). ``clipped`` counts both
-    agents' rows in the comparison that clipped infinite KL terms.
+    agents' rows in the comparison that clipped infinite KL terms; ``source``
+    says where the baseline's paired rows came from (see :func:`score_agents`).
 
     With ``metric`` another of :data:`COMPARE_METRICS` (a row's diagnostics
     scalar, or a name of ``per_problem``, see :func:`score_agents`), the pairs
@@ -473,6 +528,7 @@ def compare_agents(
                          if not (math.isnan(a) or math.isnan(b))]
                 record = _comparison(kind, agent, name, setting, None, pairs, len(scope), 0,
                                      selection, metric)
+                record["source"] = _source({pid: theirs[pid] for pid in pids})
                 (pooled if setting is None else per_setting).append(record)
                 continue
             for tau in _taus(problems):
@@ -482,6 +538,7 @@ def compare_agents(
                               for pid in pids)
                 record = _comparison(kind, agent, name, setting, tau, pairs, len(scope),
                                      clipped, selection)
+                record["source"] = _source({pid: theirs[pid] for pid in pids})
                 (pooled if setting is None else per_setting).append(record)
     return pooled + per_setting
 
@@ -540,7 +597,8 @@ def score_candidates(
     """One record per (agent, config, estimator, agent seed), untuned.
 
     Each has ``agent``, ``config_hash``, ``config``, ``kl_<tau>`` (mean over the
-    problems it covers), ``kl_agg``, ``seconds_per_problem`` and ``problems``.
+    problems it covers), ``kl_agg``, ``seconds_per_problem``, ``problems`` and
+    ``source`` (see :func:`score_agents`).
     """
     scores, configs, _ = _collect(rows, problems)
     taus = _taus(problems)
@@ -552,6 +610,7 @@ def score_candidates(
         record["kl_agg"] = _agg(by_pid, taus)
         record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
         record["problems"] = len(by_pid)
+        record["source"] = _source(by_pid)
         records.append(record)
     return records
 
@@ -575,5 +634,6 @@ def kl_by_setting(
                 mean, se, _ = _stratified((setting, by_pid[pid].kl[tau]) for pid in pids)
                 records.append({"agent": agent, "temperature": setting[0], "num_train": setting[1],
                                 "tau": tau, "kl": mean, "kl_stderr": se, "problems": len(pids),
+                                "source": _source({pid: by_pid[pid] for pid in pids}),
                                 "selection": selection})
     return records

@@ -40,10 +40,14 @@ DEFAULT_DB = "neural_testbed_results.db"
 # 2: every problem has its own environment and data (version 1 shared one
 # environment across the settings of a seed index), belief samples are fresh per
 # test sample; rows gained metric, num_clipped and compile_seconds.
-# 3: rows gained diagnostics (JSON); a version-2 store is read as is (no diagnostics)
-# and gains the column when it is next opened for writing.
-SCHEMA_VERSION = 3
-_ADDED_IN_3 = ("diagnostics", "TEXT")
+# 3: rows gained diagnostics (JSON).
+# 4: the row key gained problem_hash (base.definition_hash: what was evaluated), so a
+# row is never served for other data under the same problem id. A store of version 2
+# or 3 is read as is, its rows' hashes those of today's built-in problems
+# (problems.builtin_hashes; none for a user's data files), and is rewritten as
+# version 4 when it is next opened for writing.
+SCHEMA_VERSION = 4
+_READS = (2, 3, SCHEMA_VERSION)
 # Beside the rows, a table of regression agents' predictives at the probes (encoded
 # by leaderboard.predictives), one per row that keeps one, for `xll`: kept apart so
 # that reading rows never loads them. An addition any schema-3 reader ignores, so the
@@ -59,13 +63,14 @@ class StoreError(Exception):
     """A store that cannot be used: missing, corrupt, or from another schema."""
 
 
-_KEY_COLUMNS = ("agent", "config_hash", "problem_id", "tau",
+_KEY_COLUMNS = ("agent", "config_hash", "problem_id", "problem_hash", "tau",
                 "num_test", "num_samples", "estimator", "agent_seed")
 _COLUMNS = (
     ("agent", "TEXT NOT NULL"),
     ("config_hash", "TEXT NOT NULL"),
     ("config", "TEXT NOT NULL"),  # JSON
     ("problem_id", "TEXT NOT NULL"),
+    ("problem_hash", "TEXT NOT NULL"),  # base.definition_hash; "" where unknown (old stores)
     ("temperature", "REAL NOT NULL"),
     ("num_train", "INTEGER NOT NULL"),
     ("seed", "INTEGER NOT NULL"),
@@ -89,7 +94,7 @@ _COLUMNS = (
     ("error", "TEXT NOT NULL"),
     ("version", "TEXT NOT NULL"),
     ("timestamp", "TEXT NOT NULL"),
-    _ADDED_IN_3,  # last, where ALTER TABLE puts it in a migrated store
+    ("diagnostics", "TEXT"),  # JSON of neural_testbed.diagnostics.as_record, or NULL
 )
 COLUMNS = tuple(name for name, _ in _COLUMNS)
 _RESULT_COLUMNS = ("config", "metric", "kl", "kl_stderr", "num_clipped", "accuracy", "ece",
@@ -163,6 +168,12 @@ def study_merge_plan(records: Sequence[Mapping[str, Any]],
     return _plan(records, existing, STUDY_KEY_COLUMNS, _STUDY_RESULT_COLUMNS, "study record")
 
 
+def _builtin_hashes() -> dict[str, str]:
+    from neural_testbed.leaderboard import problems  # only for stores of older schemas
+
+    return problems.builtin_hashes()
+
+
 def _package_version() -> str:
     from neural_testbed import __version__
 
@@ -234,7 +245,7 @@ class ResultsStore:
     def __init__(self, path: str, create: bool = True):
         self.path = str(path)
         self.read_only = not create
-        self._migrate = False  # a schema-2 store, to gain the diagnostics column on writing
+        self._version = SCHEMA_VERSION  # of the file; an older one is rewritten on writing
         if os.path.isdir(self.path):
             raise StoreError(f"{self.path!r} is a directory, not a results store file")
         exists = os.path.exists(self.path)
@@ -258,8 +269,8 @@ class ResultsStore:
             if new:
                 self._create_schema()
             else:
-                if self._migrate:
-                    self._add_diagnostics_column()
+                if self._version != SCHEMA_VERSION:
+                    self._migrate()
                 if not (self._has_table(_PREDICTIVES) and self._has_table(_STUDIES)):
                     with self._transaction():
                         self._create_side_tables()
@@ -285,8 +296,8 @@ class ResultsStore:
         if "meta" in tables:
             row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             version = int(row[0]) if row else None
-            self._migrate = version == 2
-            if version not in (2, SCHEMA_VERSION):
+            self._version = version
+            if version not in _READS:
                 writer = self._conn.execute("SELECT value FROM meta WHERE key='created_by'").fetchone()
                 if version == 1:
                     raise StoreError(
@@ -296,7 +307,8 @@ class ResultsStore:
                 raise StoreError(
                     f"{self.path!r} has results schema version {version} (written by "
                     f"neural-testbed {writer[0] if writer else 'unknown'}); this version "
-                    f"({_package_version()}) reads schema versions 2 and {SCHEMA_VERSION}: "
+                    f"({_package_version()}) reads schema versions "
+                    f"{', '.join(map(str, _READS))}: "
                     "use a new --db file, or the neural-testbed version that wrote it")
             return False
         if tables:
@@ -306,7 +318,6 @@ class ResultsStore:
         return True
 
     def _create_schema(self) -> None:
-        columns = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS)
         with self._transaction():
             tables = {r[0] for r in self._conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
@@ -314,12 +325,17 @@ class ResultsStore:
                 raise StoreError(
                     f"{self.path!r} is a SQLite database but not a neural-testbed results store")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-            self._conn.execute(
-                f"CREATE TABLE IF NOT EXISTS results ({columns}, PRIMARY KEY ({', '.join(_KEY_COLUMNS)}))")
-            self._create_side_tables()
+            self._create_tables()
             self._conn.executemany(
                 "INSERT OR IGNORE INTO meta VALUES (?, ?)",
                 [("schema_version", str(SCHEMA_VERSION)), ("created_by", _package_version())])
+
+    def _create_tables(self) -> None:
+        """The results table and the side tables, where missing (inside a transaction)."""
+        columns = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS)
+        self._conn.execute(f"CREATE TABLE IF NOT EXISTS results ({columns}, PRIMARY KEY "
+                           f"({', '.join(_KEY_COLUMNS)}))")
+        self._create_side_tables()
 
     def _create_side_tables(self) -> None:
         """The predictives and studies tables, where missing (inside a transaction)."""
@@ -334,15 +350,38 @@ class ResultsStore:
         return self._conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND "
                                   "name=?", (name,)).fetchone()[0] > 0
 
-    def _add_diagnostics_column(self) -> None:
-        """Schema 2 -> 3: old rows keep a NULL ``diagnostics``."""
+    def _migrate(self) -> None:
+        """Schema 2 or 3 -> 4, in one transaction: the results and predictives tables are
+        rebuilt with the problem_hash key column, each old row's the hash of today's
+        built-in problem of its id ("" for other ids: they match no problem, so they are
+        recomputed rather than trusted); schema-2 rows keep a NULL ``diagnostics``."""
         with self._transaction():
-            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(results)")}
-            if _ADDED_IN_3[0] not in columns:  # another writer may have migrated it
-                self._conn.execute(f"ALTER TABLE results ADD COLUMN {' '.join(_ADDED_IN_3)}")
+            row = self._conn.execute(
+                "SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if int(row[0]) == SCHEMA_VERSION:  # another writer migrated it meanwhile
+                self._version = SCHEMA_VERSION
+                return
+            hashes = _builtin_hashes()
+            old = {}
+            for table in ("results", _PREDICTIVES):
+                if self._has_table(table):
+                    cursor = self._conn.execute(f"SELECT * FROM {table}")
+                    names = [d[0] for d in cursor.description]
+                    old[table] = [dict(zip(names, values)) for values in cursor]
+                    self._conn.execute(f"DROP TABLE {table}")
+            self._create_tables()
+            for r in old.get("results", ()):
+                r["problem_hash"] = hashes.get(r["problem_id"], "")
+            self._conn.executemany(
+                f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES "
+                f"({', '.join('?' * len(COLUMNS))})",
+                [tuple(r.get(c) for c in COLUMNS) for r in old.get("results", ())])
+            for r in old.get(_PREDICTIVES, ()):
+                r["problem_hash"] = hashes.get(r["problem_id"], "")
+            self._insert_predictives(old.get(_PREDICTIVES, ()), "INSERT", key="data")
             self._conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
                                (str(SCHEMA_VERSION),))
-        self._migrate = False
+        self._version = SCHEMA_VERSION
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -386,13 +425,15 @@ class ResultsStore:
                 [tuple(r[c] for c in _KEY_COLUMNS) for r in rows])
             self._insert_predictives(rows, "INSERT")
 
-    def _insert_predictives(self, rows: Iterable[Mapping[str, Any]], verb: str) -> None:
+    def _insert_predictives(self, rows: Iterable[Mapping[str, Any]], verb: str,
+                            key: str = "predictive") -> None:
+        """Inserts the predictives of ``rows`` (in each row's ``key`` field)."""
         columns = (*_KEY_COLUMNS, "data")
         self._conn.executemany(
             f"{verb} INTO {_PREDICTIVES} ({', '.join(columns)}) VALUES "
             f"({', '.join('?' * len(columns))})",
-            [(*(r[c] for c in _KEY_COLUMNS), r["predictive"]) for r in rows
-             if r.get("predictive") is not None])
+            [(*(r[c] for c in _KEY_COLUMNS), r[key]) for r in rows
+             if r.get(key) is not None])
 
     def predictives(self, agent: str, config_hash: str, estimator: str,
                     agent_seed: int) -> dict[tuple[str, int, int, int], bytes]:
@@ -401,16 +442,29 @@ class ResultsStore:
         if not self._has_table(_PREDICTIVES):
             return {}
         cursor = self._conn.execute(
-            f"SELECT problem_id, tau, num_test, num_samples, data FROM {_PREDICTIVES} WHERE "
-            "agent=? AND config_hash=? AND estimator=? AND agent_seed=?",
-            (agent, config_hash, estimator, agent_seed))
-        return {tuple(key): data for *key, data in cursor}
+            f"SELECT * FROM {_PREDICTIVES} WHERE agent=? AND config_hash=? AND estimator=? "
+            "AND agent_seed=?", (agent, config_hash, estimator, agent_seed))
+        return {(r["problem_id"], r["problem_hash"], r["tau"], r["num_test"],
+                 r["num_samples"]): r["data"] for r in self._with_hashes(cursor)}
+
+    def _with_hashes(self, cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+        """A query's records as dicts; in a store of an older schema (read as is) each
+        gains the ``problem_hash`` that :meth:`_migrate` would give it."""
+        names = [d[0] for d in cursor.description]
+        records = [dict(zip(names, values)) for values in cursor]
+        if "problem_hash" not in names:
+            hashes = _builtin_hashes()
+            for r in records:
+                r["problem_hash"] = hashes.get(r["problem_id"], "")
+        return records
 
     def done(self, agent: str, config: Any, estimator: str, agent_seed: int,
-             status: str | None = None) -> set[tuple[str, int, int, int]]:
-        """Stored (problem id, tau, N, M) of an agent config, optionally of one status."""
-        query = ("SELECT problem_id, tau, num_test, num_samples FROM results WHERE agent=? "
-                 "AND config_hash=? AND estimator=? AND agent_seed=?")
+             status: str | None = None) -> set[tuple[str, str, int, int, int]]:
+        """Stored (problem id, problem hash, tau, N, M) of an agent config, optionally of
+        one status (a writer's: the store is of this schema)."""
+        self._check_writer()
+        query = ("SELECT problem_id, problem_hash, tau, num_test, num_samples FROM results "
+                 "WHERE agent=? AND config_hash=? AND estimator=? AND agent_seed=?")
         args = [agent, config_hash(agent, config), estimator, agent_seed]
         if status is not None:
             query += " AND status=?"
@@ -432,15 +486,15 @@ class ResultsStore:
             args.append(status)
         if conditions:
             query += " WHERE " + " AND ".join(conditions)
-        query += " ORDER BY " + ", ".join(_KEY_COLUMNS)
-        cursor = self._conn.execute(query, args)
-        names = [d[0] for d in cursor.description]
-        missing = {c: None for c in COLUMNS if c not in names}  # a schema-2 store, read-only
-        rows = [{**dict(zip(names, values)), **missing} for values in cursor]
+        order = _KEY_COLUMNS if self._version == SCHEMA_VERSION else (
+            c for c in _KEY_COLUMNS if c != "problem_hash")  # older stores lack it
+        query += " ORDER BY " + ", ".join(order)
+        rows = self._with_hashes(self._conn.execute(query, args))
+        rows = [{**{c: None for c in COLUMNS}, **r} for r in rows]  # schema 2: diagnostics
         if predictive:
             stored = {} if not self._has_table(_PREDICTIVES) else {
-                tuple(key): data for *key, data in self._conn.execute(
-                    f"SELECT {', '.join(_KEY_COLUMNS)}, data FROM {_PREDICTIVES}")}
+                tuple(r[c] for c in _KEY_COLUMNS): r["data"] for r in self._with_hashes(
+                    self._conn.execute(f"SELECT * FROM {_PREDICTIVES}"))}
             for r in rows:
                 r["predictive"] = stored.get(tuple(r[c] for c in _KEY_COLUMNS))
         return rows

@@ -176,8 +176,8 @@ def plan_units(
                 todo = []  # per config, the problems it still needs
                 for stored in done:
                     todo.append(tuple(p for p in batch if not all(
-                        (p.problem_id, tau, p.num_test, p.num_samples) in stored
-                        for tau in p.taus)))
+                        (p.problem_id, base.definition_hash(p), tau, p.num_test,
+                         p.num_samples) in stored for tau in p.taus)))
                     reused += sum(len(p.taus) for p in batch) - sum(
                         len(p.taus) for p in todo[-1])
                 together = [(config_batch, todo[0])] if len(set(todo)) == 1 else [

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from neural_testbed import base
 from neural_testbed.diagnostics import xll
 from neural_testbed.leaderboard import predictives, scoring
 from neural_testbed.leaderboard import store as store_lib
@@ -88,7 +89,8 @@ def xll_scores(store: store_lib.ResultsStore, problems: Mapping[str, Any],
                              f"with results: {', '.join(chosen) or 'none'}")
         by_key = store.predictives(*chosen[agent])
         stored[agent] = {pid: by_key[key] for pid, p in problems.items()
-                         if (key := (pid, min(p.taus), p.num_test, p.num_samples)) in by_key}
+                         if (key := (pid, base.definition_hash(p), min(p.taus), p.num_test,
+                                     p.num_samples)) in by_key}
         if not stored[agent]:
             raise ValueError(
                 f"agent {agent!r}: its tuned config ({chosen[agent][1]}) has no stored "

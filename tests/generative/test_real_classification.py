@@ -1,6 +1,7 @@
 """Real-data problems: a known answer through the real-data path, splits, determinism, bad input."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -205,3 +206,33 @@ def test_results_on_stand_in_datasets_say_what_they_stand_in_for(tmp_path, capsy
     plots = pytest.importorskip("neural_testbed.leaderboard.plots")
     assert [plots._temperature_title(name) for name in ("digits", "wine", "iris")] == [
         "digits (for MNIST)", "wine (for wine quality)", "iris"]
+
+
+def test_rows_of_a_data_file_are_reused_only_for_the_same_contents(tmp_path, capsys):
+    """Problem ids of a file are ``<name>/<i>``; the rows' key holds its contents' hash,
+    so an edited file (or another file of that name) is computed anew, not served the
+    old rows, and the original contents are reused again."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, 2)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    path, db = tmp_path / "same.npz", str(tmp_path / "r.db")
+
+    def write(labels):
+        np.savez(path, x_train=x[:6], y_train=labels[:6], x_test=x[6:], y_test=labels[6:])
+        os.utime(path, ns=(0, len(labels) + int(labels.sum())))  # a new mtime per content
+
+    def run():
+        status, out = _cli(["run", "--agent", "knn", "--dataset", str(path), "--taus", "1",
+                            "--db", db, "--quiet"], capsys)
+        assert status == 0, out.err
+        line = next(line for line in out.out.splitlines() if line.startswith("time:"))
+        return line.split("; ")[1], out.out
+
+    write(y)
+    assert run()[0].startswith("20 rows computed, 0 reused")
+    write(1 - y)  # edited in place: other labels
+    counts, out = run()
+    assert counts.startswith("20 rows computed, 0 reused")
+    assert "other data" not in out
+    write(y)
+    assert run()[0].startswith("0 rows computed, 20 reused")

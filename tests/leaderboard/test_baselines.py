@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from neural_testbed import agents, cli
+from neural_testbed import agents, base, cli
 from neural_testbed.leaderboard import baselines, problems, store, sweep
 
 SMOKE = problems.get_sweep("smoke")
@@ -172,7 +172,9 @@ def test_leaderboard_with_baselines_works_without_a_store(published, tmp_path, c
                      "--format", "csv"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[1].startswith("mlp,")
-    assert "mlp: the published baseline rows (baselines v1, neural-testbed 0.1.0" in err
+    assert "published baseline rows (baselines v1, neural-testbed 0.1.0" in err
+    assert "(marked published): mlp 4 of 4" in err
+    assert out.splitlines()[1].startswith("mlp,published,")
     assert not db.exists()  # nothing is created
 
 
@@ -183,7 +185,7 @@ def test_compare_takes_a_missing_baseline_from_the_published_rows(published, mlp
         results.merge([{**r, "agent": "mine", "kl": r["kl"] * 1.5} for r in mlp_rows])
     assert cli.main(["compare", "--agent", "mine", "--sweep", "smoke", "--db", db]) == 0
     out, err = capsys.readouterr()
-    assert "mlp: the published baseline rows" in err
+    assert "(marked published): mlp 4 of 4" in err
     assert "mine vs mlp:" in out
     assert cli.main(["compare", "--agent", "mine", "--baseline", "ensemble", "--sweep", "smoke",
                      "--db", db]) == 2
@@ -220,6 +222,7 @@ def test_the_shipped_table_is_of_todays_problems_and_default_configs():
         p = every[pid]
         assert definition == (p.key_seed, p.num_test, p.num_samples, p.taus), pid
     for r in shipped.rows:
+        assert r["problem_hash"] == base.definition_hash(every[r["problem_id"]]), r["problem_id"]
         spec = agents.get_agent(r["agent"])
         assert r["config_hash"] == store.config_hash(r["agent"], spec.default), r["agent"]
     progress = {(p["agent"], p["sweep"]): (p["problems"], p["of"]) for p in shipped.progress}

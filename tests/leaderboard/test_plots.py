@@ -9,7 +9,7 @@ import jax
 import matplotlib
 import pytest
 
-from neural_testbed import agents, leaderboard
+from neural_testbed import agents, base, leaderboard
 from neural_testbed.agents import registry
 from neural_testbed.leaderboard import plots, scoring
 
@@ -23,7 +23,8 @@ PROBLEMS = {
 def _row(agent, config_hash, problem, tau, kl, seconds=0.5, status="ok"):
     return {
         "agent": agent, "config_hash": config_hash, "config": f'{{"id":"{config_hash}"}}',
-        "problem_id": problem.problem_id, "temperature": problem.temperature,
+        "problem_id": problem.problem_id, "problem_hash": base.definition_hash(problem),
+        "temperature": problem.temperature,
         "num_train": problem.num_train, "seed": problem.seed, "input_dim": problem.input_dim,
         "num_classes": problem.num_classes, "tau": tau, "num_test": problem.num_test,
         "num_samples": problem.num_samples, "estimator": "auto", "agent_seed": 0,

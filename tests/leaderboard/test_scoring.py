@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from neural_testbed import leaderboard
+from neural_testbed import base, leaderboard
 from neural_testbed.leaderboard import scoring
 
 PAPER = leaderboard.get_sweep("paper")
@@ -19,12 +19,22 @@ def _row(agent, config_hash, pid, tau, kl, status="ok", accuracy=0.9, ece=0.1, *
     p = PAPER[pid]
     return extra | {
         "agent": agent, "config_hash": config_hash, "config": f'{{"name":"{config_hash}"}}',
-        "problem_id": pid, "temperature": p.temperature, "num_train": p.num_train,
+        "problem_id": pid, "problem_hash": base.definition_hash(p),
+        "temperature": p.temperature, "num_train": p.num_train,
         "seed": p.seed, "input_dim": 2, "num_classes": 2, "tau": tau, "num_test": 1000,
         "num_samples": 1000, "estimator": "auto", "agent_seed": 0, "kl": kl, "kl_stderr": 0.01,
         "accuracy": accuracy, "ece": ece, "train_seconds": 1.0, "eval_seconds": 0.5,
         "status": status, "error": "", "version": "0", "timestamp": "t",
     }
+
+
+# The hand-made configs that stand for each agent's default config: every table
+# normalises by the baseline's default config (A for mlp, whose rows below use A and B).
+DEFAULTS = {"mlp": "A", "a": "A", "base": "X"}
+
+
+def _score(rows, problems, *args, **kwargs):
+    return scoring.score_agents(rows, problems, *args, defaults=DEFAULTS, **kwargs)
 
 
 def _pid(temperature, num_train, seed):
@@ -63,7 +73,7 @@ def _by_agent(records):
 
 
 def test_global_tuning_means_stderrs_and_normalisation():
-    records, warnings = scoring.score_agents(ROWS, PROBLEMS, "global")
+    records, warnings = _score(ROWS, PROBLEMS, "global")
     mlp, ens = _by_agent(records)["mlp"], _by_agent(records)["ens"]
     assert mlp["config_hash"] == "A"
     assert mlp["kl_1"] == pytest.approx(0.2) and mlp["kl_100"] == pytest.approx(20)
@@ -89,24 +99,28 @@ def test_global_tuning_means_stderrs_and_normalisation():
 
 
 def test_per_setting_tuning_picks_the_best_config_in_each_setting():
-    records, _ = scoring.score_agents(ROWS, PROBLEMS, "per-setting")
-    mlp = _by_agent(records)["mlp"]
+    records, _ = _score(ROWS, PROBLEMS, "per-setting")
+    mlp, default = [r for r in records if r["agent"] == "mlp"]
     assert mlp["config_hash"] == "A,B" and mlp["config"] == "per setting: 2 configs"
     # B on T = 10 (0.1, 0.1 / 10, 10), A on T = 100 (0.1, 0.1 / 10, 10).
     assert mlp["kl_1"] == pytest.approx(0.1) and mlp["kl_100"] == pytest.approx(10)
-    ens = _by_agent(records)["ens"]
-    assert ens["kl_1_norm"] == pytest.approx(1.0) and ens["kl_100_norm"] == pytest.approx(1.0)
+    # The default config is a row of its own, and the normaliser of every row.
+    assert (default["config_hash"], default["label"]) == ("A", "mlp (default)")
+    assert default["kl_1_norm"] == pytest.approx(1.0)
+    assert mlp["kl_1_norm"] == pytest.approx(0.5)  # over the 4 problems: 0.1 / 0.2
+    ens = _by_agent(records)["ens"]  # 0.1 against A's (0.2 + 0.4 + 0.1) / 3 on its problems
+    assert ens["kl_1_norm"] == pytest.approx(3 / 7) and ens["kl_100_norm"] == pytest.approx(3 / 7)
 
 
 def test_no_baseline_results_is_a_warning_and_nan_normalisation():
-    records, warnings = scoring.score_agents(ENS, PROBLEMS)
-    assert "no mlp results" in warnings[0]
+    records, warnings = _score(ENS, PROBLEMS)
+    assert "no mlp default-config results" in warnings[0]
     assert math.isnan(records[0]["kl_1_norm"]) and math.isnan(records[0]["kl_1_norm_stderr"])
 
 
 def test_unknown_tuning_is_rejected():
     with pytest.raises(ValueError, match="unknown tuning 'best'; allowed: global, per-setting"):
-        scoring.score_agents(ROWS, PROBLEMS, "best")
+        _score(ROWS, PROBLEMS, "best")
 
 
 def _five_seed_table():
@@ -167,8 +181,9 @@ def test_format_records_as_csv_and_markdown():
 
 
 def _table(values_by_agent, problems, tau_100_scale=100.0, **extra):
-    """Rows of one config per agent: ``values_by_agent[agent][pid]`` is its KL at tau = 1."""
-    return [_row(agent, agent.upper(), pid, tau, kl * (tau_100_scale if tau == 100 else 1.0),
+    """Rows of one config per agent (A, its default): ``values_by_agent[agent][pid]`` is
+    its KL at tau = 1."""
+    return [_row(agent, "A", pid, tau, kl * (tau_100_scale if tau == 100 else 1.0),
                  **extra)
             for agent, values in values_by_agent.items() for pid, kl in values.items()
             for tau in (1, 100)]
@@ -178,7 +193,7 @@ def test_stratified_mean_and_stderr_by_hand():
     problems = {**_sweep((10,), (0, 1, 2)), **_sweep((100,), (0, 1))}
     kl = {_pid(0.1, 10, 0): 1.0, _pid(0.1, 10, 1): 2.0, _pid(0.1, 10, 2): 3.0,
           _pid(0.1, 100, 0): 10.0, _pid(0.1, 100, 1): 14.0}
-    records, warnings = scoring.score_agents(_table({"a": kl}, problems), problems, baseline="a")
+    records, warnings = _score(_table({"a": kl}, problems), problems, baseline="a")
     a = records[0]
     # mean = (3/5) * 2 + (2/5) * 12 = 6;
     # var = (3/5)^2 * s2(1, 2, 3) / 3 + (2/5)^2 * s2(10, 14) / 2 = 0.36 / 3 + 0.16 * 8 / 2 = 0.76
@@ -196,7 +211,7 @@ def test_stratified_mean_and_stderr_by_hand():
 def test_ratio_stderr_by_hand_from_the_delta_method():
     base = dict(zip(IDS, [1.0, 3.0, 10.0, 14.0]))  # T = 10: 1, 3; T = 100: 10, 14
     new = dict(zip(IDS, [1.0, 2.0, 4.0, 8.0]))
-    records, _ = scoring.score_agents(_table({"mlp": base, "new": new}, PROBLEMS), PROBLEMS)
+    records, _ = _score(_table({"mlp": base, "new": new}, PROBLEMS), PROBLEMS)
     r = _by_agent(records)["new"]
     ratio = 3.75 / 7.0  # means 15 / 4 over 28 / 4
     # Per setting (n_s = 2, weight 1/2): s2_a = 0.5, 8; s2_b = 2, 8; cov = 1, 8; each enters as
@@ -220,7 +235,7 @@ def test_ratio_stderr_matches_the_spread_of_the_ratio_over_replicates():
             difficulty = setting_mean[p.num_train] * (1 + 0.3 * rng.standard_normal())
             base[pid] = difficulty
             new[pid] = 0.6 * difficulty + 0.05 * setting_mean[p.num_train] * rng.standard_normal()
-        records, _ = scoring.score_agents(_table({"mlp": base, "new": new}, problems), problems)
+        records, _ = _score(_table({"mlp": base, "new": new}, problems), problems)
         mlp, r = _by_agent(records)["mlp"], _by_agent(records)["new"]
         ratios.append(r["kl_1_norm"])
         stderrs.append(r["kl_1_norm_stderr"])
@@ -262,11 +277,11 @@ def test_held_out_selection_chooses_on_the_first_half_and_reports_the_second():
             for name, values in (("P", p_kl), ("Q", q_kl)) for pid, kl in values.items()
             for tau in (1, 100)]
     rows += _table({"mlp": dict.fromkeys(problems, 0.5)}, problems)
-    same = _by_agent(scoring.score_agents(rows, problems, baseline="mlp")[0])["agent"]
+    same = _by_agent(_score(rows, problems, baseline="mlp")[0])["agent"]
     assert same["config_hash"] == "Q" and same["kl_1"] == pytest.approx(0.25)
     assert same["selection"] == "same" and same["of"] == 8
     for tuning in scoring.TUNINGS:
-        held = _by_agent(scoring.score_agents(rows, problems, tuning, selection="held-out")[0])
+        held = _by_agent(_score(rows, problems, tuning, selection="held-out")[0])
         agent = held["agent"]
         assert agent["config_hash"] == "P" and agent["kl_1"] == pytest.approx(0.5)
         assert (agent["problems"], agent["of"], agent["selection"]) == (4, 4, "held-out")
@@ -284,9 +299,9 @@ def test_held_out_selection_needs_two_seeds_in_every_setting():
     problems = {**_sweep((10,), (0, 1)), **_sweep((100,), (0,))}
     rows = _table({"mlp": dict.fromkeys(problems, 0.5)}, problems)
     with pytest.raises(ValueError, match=r"at least 2 seeds .* setting \(0.1, 100\) has 1"):
-        scoring.score_agents(rows, problems, selection="held-out")
+        _score(rows, problems, selection="held-out")
     with pytest.raises(ValueError, match="unknown selection 'half'; allowed: same, held-out"):
-        scoring.score_agents(rows, problems, selection="half")
+        _score(rows, problems, selection="half")
 
 
 def test_rows_with_clipped_kl_terms_are_flagged():
@@ -298,7 +313,7 @@ def test_rows_with_clipped_kl_terms_are_flagged():
     # ens: a missing problem and a clipped row.
     rows = (clip(MLP_A, IDS[0], 100, 7) + clip(MLP_B, IDS[2], 1, 3)
             + clip(ENS, IDS[1], 1, 1) + ENS_FAILED)
-    records, _ = scoring.score_agents(rows, PROBLEMS)
+    records, _ = _score(rows, PROBLEMS)
     mlp, ens = _by_agent(records)["mlp"], _by_agent(records)["ens"]
     assert (mlp["clipped"], mlp["flag"]) == (1, "CLIPPED 1 row")
     assert (ens["clipped"], ens["flag"]) == (1, "MISSING 1 of 4 problems; CLIPPED 1 row")
@@ -306,15 +321,15 @@ def test_rows_with_clipped_kl_terms_are_flagged():
               if r["scope"] == "pooled"}
     assert pooled[1]["flag"] == "MISSING 1 of 4 problems; CLIPPED 1 row"
     assert pooled[100]["clipped"] == 1  # mlp's row
-    records, _ = scoring.score_agents(clip(rows, IDS[1], 100, 2), PROBLEMS)
+    records, _ = _score(clip(rows, IDS[1], 100, 2), PROBLEMS)
     assert _by_agent(records)["ens"]["flag"] == "MISSING 1 of 4 problems; CLIPPED 2 rows"
 
 
 def test_a_sweep_mixing_kl_and_nll_rows_is_refused():
     nll = [r | {"metric": "nll"} for r in ENS]
-    assert scoring.score_agents(nll, PROBLEMS)[0][0]["metric"] == "nll"
+    assert _score(nll, PROBLEMS)[0][0]["metric"] == "nll"
     with pytest.raises(ValueError, match=r"mix metrics \(kl, nll\)"):
-        scoring.score_agents(MLP_A + nll, PROBLEMS)
+        _score(MLP_A + nll, PROBLEMS)
 
 
 def test_neighbours_closer_than_a_standard_error_get_a_note():
@@ -324,12 +339,12 @@ def test_neighbours_closer_than_a_standard_error_get_a_note():
     kl1 = dict(zip(IDS, [0.2, 0.4, 0.1, 0.1]))
     close = _rows("close", "D", {pid: v + 0.001 for pid, v in kl1.items()},
                   dict(zip(IDS, [25, 45, 15, 15])))
-    _, warnings = scoring.score_agents(MLP_A + close, PROBLEMS)
+    _, warnings = _score(MLP_A + close, PROBLEMS)
     (note,) = [w for w in warnings if "standard error" in w and "differ" in w]
     assert note.startswith("mlp and close differ by less than a standard error at tau = 1:")
     far = _rows("far", "E", {pid: v + 1.0 for pid, v in kl1.items()},
                 dict(zip(IDS, [25, 45, 15, 15])))
-    _, warnings = scoring.score_agents(MLP_A + far, PROBLEMS)
+    _, warnings = _score(MLP_A + far, PROBLEMS)
     assert not [w for w in warnings if "differ by less" in w]
 
 
@@ -337,7 +352,7 @@ def test_diagnostics_are_averaged_over_the_smallest_taus_rows():
     diag = lambda value: '{"rejection_ability": %s, "epistemic": null}' % value
     rows = [dict(r, diagnostics=diag(0.1 * i) if r["tau"] == 1 else diag(9.0))
             for i, r in enumerate(MLP_A)]
-    (record,), _ = scoring.score_agents(rows, PROBLEMS)
+    (record,), _ = _score(rows, PROBLEMS)
     # tau = 1 rows are MLP_A's even positions: i = 0, 2, 4, 6 -> 0.0, 0.2, 0.4, 0.6
     assert record["rejection_ability"] == pytest.approx(0.3)
     assert math.isnan(record["epistemic"]) and math.isnan(record["occupied_cells"])

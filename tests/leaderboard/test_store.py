@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from neural_testbed import agents, leaderboard
+from neural_testbed import agents, base, generative, leaderboard
 from neural_testbed.leaderboard import predictives, runner
 from neural_testbed.leaderboard import store as store_lib
 
@@ -39,7 +39,8 @@ def test_round_trip_and_done_keys(tmp_path):
         assert rows[0]["metric"] == "kl" and rows[0]["num_clipped"] == 0
         assert rows[0]["compile_seconds"] == 0.2
         done = store.done("mlp", CONFIG, "auto", 0)
-        assert ("classification_2d/90", 100, 1000, 1000) in done and len(done) == 8
+        definition = base.definition_hash(PROBLEMS["classification_2d/90"])
+        assert ("classification_2d/90", definition, 100, 1000, 1000) in done and len(done) == 8
         assert store.done("mlp", CONFIG, "auto", 1) == set()  # another agent seed
         other = agents.MLPConfig(l2_weight_decay=0.5)
         assert store.done("mlp", other, "auto", 0) == set()
@@ -58,7 +59,7 @@ def test_config_hash_is_stable_and_distinguishes_agents_and_values():
 
 _WRITER = """
 import sys
-from neural_testbed import agents, leaderboard
+from neural_testbed import agents, base, generative, leaderboard
 from neural_testbed.leaderboard import configs, runner
 problem = leaderboard.get_sweep("paper")["classification_2d/0"]
 store = leaderboard.ResultsStore(sys.argv[1])
@@ -109,7 +110,7 @@ def test_store_from_an_incompatible_version_is_a_clear_error(tmp_path):
     leaderboard.ResultsStore(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(store_lib.StoreError, match="schema version 99 .* reads schema versions 2 and 3"):
+    with pytest.raises(store_lib.StoreError, match="schema version 99 .* reads schema versions 2, 3, 4"):
         leaderboard.ResultsStore(path)
 
 
@@ -217,16 +218,31 @@ def test_a_store_in_a_read_only_directory_is_refused_by_a_writer_and_read_by_a_r
         leaderboard.ResultsStore(tmp_path / "missing" / "r.db")
 
 
-def _schema_2_store(path):
-    """A store as schema 2 wrote it: no diagnostics column, no predictives or studies
-    table, version 2 in meta."""
-    with leaderboard.ResultsStore(path) as store:
-        store.write([_result(list(PROBLEMS)[0], 1)])
+def _old_store(path, version, rows):
+    """A store as schema ``version`` (2 or 3) wrote it, holding ``rows``: no problem_hash
+    in the key; schema 2 also without the diagnostics column and the side tables."""
+    columns = [(n, k) for n, k in store_lib._COLUMNS if n != "problem_hash"
+               and (version == 3 or n != "diagnostics")]
+    keys = [c for c in store_lib._KEY_COLUMNS if c != "problem_hash"]
     with sqlite3.connect(path) as conn:
-        conn.execute("ALTER TABLE results DROP COLUMN diagnostics")
-        conn.execute("DROP TABLE predictives")
-        conn.execute("DROP TABLE studies")
-        conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        conn.executemany("INSERT INTO meta VALUES (?, ?)",
+                         [("schema_version", str(version)), ("created_by", "0.1.0")])
+        conn.execute(f"CREATE TABLE results ({', '.join(f'{n} {k}' for n, k in columns)}, "
+                     f"PRIMARY KEY ({', '.join(keys)}))")
+        names = [n for n, _ in columns]
+        conn.executemany(f"INSERT INTO results ({', '.join(names)}) VALUES "
+                         f"({', '.join('?' * len(names))})",
+                         [tuple({**r.as_dict(), "version": "0.1.0", "timestamp": "t"}[n]
+                                for n in names) for r in rows])
+        if version == 3:
+            kinds = dict(columns)
+            conn.execute(f"CREATE TABLE predictives ({', '.join(f'{c} {kinds[c]}' for c in keys)}, "
+                         f"data BLOB NOT NULL, PRIMARY KEY ({', '.join(keys)}))")
+
+
+def _schema_2_store(path):
+    _old_store(path, 2, [_result(list(PROBLEMS)[0], 1)])
 
 
 def test_a_schema_2_store_is_read_as_is_and_gains_diagnostics_when_written(tmp_path):
@@ -254,7 +270,8 @@ def test_predictives_live_beside_their_rows_and_travel_with_merge(tmp_path):
     with leaderboard.ResultsStore(tmp_path / "a.db") as store:
         store.write([dataclasses.replace(_result(pid, 1), predictive=BLOB), _result(pid, 100)])
         key = ("mlp", store_lib.config_hash("mlp", CONFIG), "auto", 0)
-        assert store.predictives(*key) == {(pid, 1, 1000, 1000): BLOB}
+        definition = base.definition_hash(PROBLEMS[pid])
+        assert store.predictives(*key) == {(pid, definition, 1, 1000, 1000): BLOB}
         assert all("predictive" not in r for r in store.rows())  # rows never load them
         assert [r["predictive"] for r in store.rows(predictive=True)] == [BLOB, None]
         store.to_csv(tmp_path / "a.csv")
@@ -262,7 +279,7 @@ def test_predictives_live_beside_their_rows_and_travel_with_merge(tmp_path):
         with leaderboard.ResultsStore(tmp_path / "b.db") as other:
             other.write([_result(pid, 1)])  # the same row, kept before predictives were
             assert other.merge(rows) == (1, 1)
-            assert other.predictives(*key) == {(pid, 1, 1000, 1000): BLOB}
+            assert other.predictives(*key) == {(pid, definition, 1, 1000, 1000): BLOB}
         store.write([_result(pid, 1)])  # recomputed without one: the old one goes
         assert store.predictives(*key) == {}
     assert "predictive" not in (tmp_path / "a.csv").read_text().splitlines()[0]
@@ -273,7 +290,7 @@ def test_a_store_without_the_predictives_table_has_none_and_gains_it_when_writte
     pid = list(PROBLEMS)[0]
     with leaderboard.ResultsStore(path) as store:
         store.write([_result(pid, 1)])
-    with sqlite3.connect(path) as conn:  # as schema 3 wrote it before predictives were kept
+    with sqlite3.connect(path) as conn:  # as a store written before predictives were kept
         conn.execute("DROP TABLE predictives")
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     key = ("mlp", store_lib.config_hash("mlp", CONFIG), "auto", 0)
@@ -283,4 +300,58 @@ def test_a_store_without_the_predictives_table_has_none_and_gains_it_when_writte
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     with leaderboard.ResultsStore(path) as store:
         store.write([dataclasses.replace(_result(pid, 100), predictive=BLOB)])
-        assert store.predictives(*key) == {(pid, 100, 1000, 1000): BLOB}
+        assert store.predictives(*key) == {
+            (pid, base.definition_hash(PROBLEMS[pid]), 100, 1000, 1000): BLOB}
+
+
+def test_a_schema_3_store_reads_with_todays_builtin_hashes_and_is_rewritten_as_4(tmp_path):
+    """Old rows of built-in ids take today's definitions; a user's file rows (whose data
+    no old row identifies) get no hash, so they match no problem and are recomputed."""
+    path = tmp_path / "v3.db"
+    pid = list(PROBLEMS)[0]
+    user = dataclasses.replace(_result(pid, 1), problem_id="mine.npz/0")
+    _old_store(path, 3, [_result(pid, 1), user])
+    key = ("mlp", store_lib.config_hash("mlp", CONFIG), "auto", 0)
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO predictives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (key[0], key[1], pid, 1, 1000, 1000, "auto", 0, BLOB))
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    definition = base.definition_hash(PROBLEMS[pid])
+    with leaderboard.ResultsStore(path, create=False) as store:
+        hashes = {r["problem_id"]: r["problem_hash"] for r in store.rows()}
+        assert store.predictives(*key) == {(pid, definition, 1, 1000, 1000): BLOB}
+    assert hashes == {pid: definition, "mine.npz/0": ""}
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before  # read as is
+    with leaderboard.ResultsStore(path) as store:
+        assert store.done(*key[:1], CONFIG, *key[2:]) == {
+            (pid, definition, 1, 1000, 1000), ("mine.npz/0", "", 1, 1000, 1000)}
+        assert store.predictives(*key) == {(pid, definition, 1, 1000, 1000): BLOB}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
+            str(store_lib.SCHEMA_VERSION),)
+        in_key = {r[1] for r in conn.execute("PRAGMA table_info(results)") if r[5]}
+    assert in_key == set(store_lib._KEY_COLUMNS)
+
+
+def test_a_rows_definition_hash_identifies_what_it_evaluated(tmp_path):
+    problem = PROBLEMS["classification_2d/90"]
+    same = dataclasses.replace(problem, problem_id="other/1", taus=(1, 2, 5))
+    assert base.definition_hash(same) == base.definition_hash(problem)  # id and taus aside
+    for changed in (dataclasses.replace(problem, temperature=0.5),
+                    dataclasses.replace(problem, seed=7),
+                    dataclasses.replace(problem, env_hidden=(10,))):
+        assert base.definition_hash(changed) != base.definition_hash(problem)
+    x = np.random.default_rng(0).normal(size=(40, 2)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    split = lambda labels: dict(x_train=x[:30], y_train=labels[:30], x_test=x[30:],
+                                y_test=labels[30:])
+    np.savez(tmp_path / "a" / "same.npz", **split(y))
+    np.savez(tmp_path / "b" / "same.npz", **split(1 - y))
+    a = generative.file_problems(tmp_path / "a" / "same.npz")["same.npz/0"]
+    b = generative.file_problems(tmp_path / "b" / "same.npz")["same.npz/0"]
+    assert base.definition_hash(a) != base.definition_hash(b)  # same name, other labels
+    np.savez(tmp_path / "b" / "copy.npz", **split(y))
+    copy = generative.file_problems(tmp_path / "b" / "copy.npz")["copy.npz/0"]
+    assert base.definition_hash(copy) == base.definition_hash(a)  # same contents elsewhere

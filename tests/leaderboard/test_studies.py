@@ -248,7 +248,7 @@ def test_compare_any_metric_is_the_paired_mean_difference(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "a - baseline in metacorrelation (higher is better" in out
     line = next(line for line in out.splitlines() if line.startswith("b "))
-    assert line.split()[1] == f"{mean:.4g}"
+    assert line.split()[1:3] == ["local", f"{mean:.4g}"]  # baseline, source, difference
     assert "worse in 0 of 4 setting cells (paired t-test, 5%)" in out
     # The TAL score from stored studies: no record for b -> no pairs.
     with leaderboard.ResultsStore(db) as store:

@@ -86,7 +86,7 @@ def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
                              "ref.db", "--format", "csv"], workdir)
     assert status == 0, err
     lines = out.strip().splitlines()
-    assert lines[0].startswith("agent,kl_1,kl_1_stderr,kl_1_norm,kl_1_norm_stderr,kl_100")
+    assert lines[0].startswith("agent,source,kl_1,kl_1_stderr,kl_1_norm,kl_1_norm_stderr,kl_100")
     assert {line.split(",")[0] for line in lines[1:]} == {"toy", "mlp"}
     status, out, err = _run(["leaderboard", "--sweep", "smoke", "--db", "ref.db",
                              "--tuning", "per-setting", "--format", "markdown"], workdir)
@@ -103,7 +103,7 @@ def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
      (["leaderboard", "--db", "corrupt.db"], "is not a usable neural-testbed results store"),
      (["leaderboard", "--db", "empty.db"], "holds no results yet"),
      (["leaderboard", "--db", "ref.db", "--sweep", "paper", "--baseline", "ensemble"],
-      "note: no ensemble results for this sweep"),
+      "note: no ensemble default-config results for this sweep"),
      (["leaderboard", "--db", "ref.db", "--baseline", "nope"], "--baseline 'nope': no such agent"),
      (["sweep", "--agent", "nope", "--db", "x.db"], "unknown agent 'nope'"),
      (["compare", "--agent", "nope", "--db", "ref.db"], "--agent 'nope': no such agent"),
