@@ -142,7 +142,7 @@ def test_merge_refuses_a_conflicting_row_and_names_it(tmp_path):
 
 def _fake_row(pid, kl):
     values = dict.fromkeys(store_lib.COLUMNS, 0)
-    values.update(agent="mlp", config_hash="h", config="{}", problem_id=pid, tau=1,
+    values.update(agent="mlp", config_hash="h", config="{}", problem_id=pid, problem_hash="p", tau=1,
                   estimator="auto", kl=kl, status="ok", error="", version="0", timestamp="t")
     return values
 
