@@ -135,7 +135,7 @@ def test_merge_refuses_a_conflicting_row_and_names_it(tmp_path):
         rows = [_fake_row("classification_2d/90", 0.5)]
         a.merge(rows)
         with pytest.raises(store_lib.StoreError,
-                           match=r"1 row\(s\) conflict .*problem_id=classification_2d/90, tau=1"):
+                           match=r"1 row\(s\) conflict .*problem_id=classification_2d/90, problem_hash=p, tau=1"):
             a.merge([_fake_row("classification_2d/90", 0.7)])
         assert len(a.rows()) == 1 and a.rows()[0]["kl"] == 0.5
 
