@@ -289,6 +289,7 @@ def test_a_store_without_the_predictives_table_has_none_and_gains_it_when_writte
         assert store.predictives(*key) == {(pid, 100, 1000, 1000): BLOB}
 
 
+_ENV = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
 _READER = """
 import sys
 import tempfile
@@ -316,9 +317,13 @@ def _another_users_shelf(tmp_path):
     else:
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv: no other user to read as")
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        if subprocess.run([*prefix, sys.executable, "-c", "import neural_testbed"], env=_ENV,
+                          capture_output=True, timeout=300).returncode != 0:
+            pytest.skip("running as root, and nobody cannot run this Python: no other user "
+                        "to read as")
         shelf = pathlib.Path(tempfile.mkdtemp(prefix="neural_testbed_shelf_"))
         shelf.chmod(0o755)
-        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     try:
         yield shelf, prefix
     finally:
@@ -329,8 +334,7 @@ def _another_users_shelf(tmp_path):
 
 def _read_as(prefix, path):
     """What _READER prints in a process started with ``prefix``: the row count or the error."""
-    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
-    proc = subprocess.run([*prefix, sys.executable, "-c", _READER, str(path)], env=env,
+    proc = subprocess.run([*prefix, sys.executable, "-c", _READER, str(path)], env=_ENV,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
@@ -367,8 +371,7 @@ def test_a_log_that_the_reader_cannot_index_is_refused_not_skipped(tmp_path):
                   "store._conn.execute('PRAGMA wal_autocheckpoint = 0')\n"
                   "store._conn.execute(\"INSERT INTO meta VALUES ('x', 'y')\")\n"
                   "os._exit(0)\n")
-        env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
-        subprocess.run([sys.executable, "-c", killed, str(path)], env=env, check=True,
+        subprocess.run([sys.executable, "-c", killed, str(path)], env=_ENV, check=True,
                        timeout=300)
         (shelf / "r.db-shm").unlink()
         for p in shelf.iterdir():
