@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from neural_testbed import active, base, compilation_cache, generative, memory
+from neural_testbed import active, base, compilation_cache, generative, memory, outputs
 from neural_testbed.agents import plugins, registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.generative import datasets
@@ -1253,7 +1253,7 @@ def _cmd_export(args) -> int:
             count = store.to_csv(args.output)
         else:
             records = studies.long_records(store.studies())
-            with open(args.output, "w", newline="") as f:
+            with outputs.written_whole(args.output, newline="") as f:
                 f.write(scoring.format_records(records, "csv", studies.LONG_COLUMNS)
                         or ",".join(studies.LONG_COLUMNS) + "\n")
             count = len(records)
@@ -1279,13 +1279,17 @@ _COMMANDS = {"run": _cmd_run, "sweep": _cmd_sweep, "leaderboard": _cmd_leaderboa
              "agents": lambda args: _cmd_agents(), "problems": _cmd_problems}
 
 
+# The commands that compute results into --db.
+_STORE_WRITERS = ("run", "sweep", "diagnose", "tal", "probe")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``neural-testbed`` command; returns the exit status.
 
     Run as the command (``argv`` None), an interrupted command (Ctrl-C) ends
     the process at once with status 130 after its one-line message, without
     interpreter shutdown (see :func:`_exit_now`); called with ``argv`` it
-    returns 130 instead.
+    returns 130 instead. A full disk ends it the same way, with status 2.
     """
     command = None
     try:
@@ -1307,6 +1311,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a reader that stopped (`| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
         return 141  # as a shell reports a process ended by SIGPIPE
+    except (store_lib.StoreFullError, outputs.DiskFullError) as error:
+        kept = ""
+        if isinstance(error, outputs.DiskFullError) and command in _STORE_WRITERS:
+            kept = f"; the results are kept in {args.db!r}"
+        print(f"neural-testbed: error: {error}{kept}", file=sys.stderr)
+        # Units may still be computing in threads of this process (their results could not
+        # be stored anyway); at interpreter shutdown they would fail and warn, one line a
+        # problem, so the process ends here, as after Ctrl-C.
+        if argv is None:
+            _exit_now(2)
+        return 2
     except (ValueError, TypeError, store_lib.StoreError) as error:
         print(f"neural-testbed: error: {error}", file=sys.stderr)
         return 2

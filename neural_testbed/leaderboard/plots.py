@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_testbed import base, generative
+from neural_testbed import base, generative, outputs
 from neural_testbed.agents import registry
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import configs as configs_lib
@@ -76,10 +76,12 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
 
 
 def save_figure(figure: Figure, path: str | os.PathLike) -> pathlib.Path:
-    """Writes ``figure`` as a PNG at the fixed DPI (its folder made if missing)."""
+    """Writes ``figure`` as a PNG at the fixed DPI (its folder made if missing), whole or
+    not at all (see :func:`outputs.written_whole`)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=_DPI, format="png")
+    with outputs.written_whole(path, "wb") as file:
+        figure.savefig(file, dpi=_DPI, format="png")
     return path
 
 

@@ -21,7 +21,7 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from neural_testbed import base
+from neural_testbed import base, outputs
 from neural_testbed.leaderboard.configs import config_hash, config_json
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ResultsStore",
     "StoreError",
+    "StoreFullError",
     "check_writable",
     "config_hash",
     "config_json",
@@ -57,10 +58,25 @@ _PREDICTIVES = "predictives"
 # `probe`), one record per (agent, config, problem, study, settings), encoded by
 # leaderboard.studies. Added like the predictives table, with the version kept at 3.
 _STUDIES = "studies"
+_TABLES = ("meta", "results", _PREDICTIVES, _STUDIES)
 
 
 class StoreError(Exception):
     """A store that cannot be used: missing, corrupt, or from another schema."""
+
+
+class StoreFullError(StoreError):
+    """The disk filled up writing a store: the write that failed was undone, and what the
+    store held before it is kept, so the same command, rerun, continues."""
+
+    def __init__(self, path: str):
+        super().__init__(f"the disk is full writing the results store {path!r}: the results "
+                         "stored before are kept in it, the write that failed was undone; "
+                         "free some space and rerun the same command to continue")
+
+
+def _is_full(error: sqlite3.Error) -> bool:
+    return "database or disk is full" in str(error)  # SQLITE_FULL
 
 
 _KEY_COLUMNS = ("agent", "config_hash", "problem_id", "problem_hash", "tau",
@@ -200,23 +216,47 @@ def check_writable(path: str) -> None:
                          "is read-only (SQLite writes its log beside the file); use another file")
 
 
+def _uri(path: str, **options: str) -> str:
+    """An SQLite URI naming ``path`` as a plain file name, even one that starts with
+    ``file:`` or holds ``?``: SQLite would otherwise read those as a URI of its own."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path))
+    return uri + ("?" + urllib.parse.urlencode(options) if options else "")
+
+
+def _writable(path: str) -> bool:
+    """Whether this process may write ``path`` and SQLite's log files beside it."""
+    return (os.access(path, os.W_OK)
+            and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK | os.X_OK))
+
+
 def _connect_read_only(path: str) -> sqlite3.Connection:
     """A connection that cannot change the file (SQLite ``mode=ro``).
 
     A store in WAL mode needs its shared-memory index beside it; where that
     cannot be created (a read-only directory) no writer can be active either,
-    so the file is read as immutable.
+    so the file is read as immutable, unless a write-ahead log beside it holds
+    transactions that reading the file alone would miss.
     """
-    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=120.0, isolation_level=None)
+        conn = sqlite3.connect(_uri(path, mode="ro"), uri=True, timeout=120.0,
+                               isolation_level=None)
         conn.execute("PRAGMA busy_timeout = 120000")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
     except sqlite3.OperationalError as error:
-        if "unable to open" not in str(error):
+        # "unable to open" (the index cannot be made), or a read-only directory, which
+        # SQLite reports as "attempt to write a readonly database".
+        if "unable to open" not in str(error) and "readonly" not in str(error):
             raise
-    conn = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
+        wal = path + "-wal"
+        if os.path.exists(wal) and os.path.getsize(wal) > 0:
+            raise StoreError(
+                f"{path!r} cannot be read: its write-ahead log {wal!r} holds transactions "
+                "that SQLite can read only by writing an index beside them, and this "
+                f"process cannot write in {os.path.dirname(os.path.abspath(path))!r}; ask "
+                "its owner to open the store once (which folds the log into the file), or "
+                "copy the store and its log to a directory you can write") from None
+    conn = sqlite3.connect(_uri(path, mode="ro", immutable="1"), uri=True, isolation_level=None)
     conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     return conn
 
@@ -228,8 +268,9 @@ class ResultsStore:
     changes nothing in it unless it is a neural-testbed store of this schema
     (or an empty file, which becomes a new store); it also refuses a file or
     directory it could not write, before any work is done. A reader
-    (``create=False``) opens the file read-only (SQLite ``mode=ro``) and never
-    changes it.
+    (``create=False``) looks at the file read-only (SQLite ``mode=ro``) too, and
+    reads it with a connection that refuses every change (``query_only`` where
+    it could write the file, so that SQLite removes its log files on closing).
 
     Args:
       path: the SQLite file; created if missing unless ``create=False``.
@@ -258,17 +299,21 @@ class ResultsStore:
                 self._conn = _connect_read_only(self.path)
                 new = self._check_schema(create)
                 if self.read_only:
+                    if _writable(self.path):
+                        self._conn.close()
+                        self._conn = self._connect_query_only()
                     return
                 self._conn.close()
             else:
                 new = True
             check_writable(self.path)
-            self._conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
+            self._conn = sqlite3.connect(_uri(self.path), uri=True, timeout=120.0,
+                                         isolation_level=None)
             self._conn.execute("PRAGMA busy_timeout = 120000")
-            self._conn.execute("PRAGMA journal_mode = WAL")
             if new:
                 self._create_schema()
-            else:
+            self._conn.execute("PRAGMA journal_mode = WAL")  # a change: only once it is ours
+            if not new:
                 if self._version != SCHEMA_VERSION:
                     self._migrate()
                 if not (self._has_table(_PREDICTIVES) and self._has_table(_STUDIES)):
@@ -283,6 +328,8 @@ class ResultsStore:
                 conn.close()
             if not isinstance(error, sqlite3.DatabaseError):
                 raise
+            if _is_full(error):
+                raise StoreFullError(self.path) from None
             if "readonly" in str(error) or "read-only" in str(error):
                 raise StoreError(f"{self.path!r} is read-only ({error}); make it writable or "
                                  "use another file") from None
@@ -290,10 +337,29 @@ class ResultsStore:
                 f"{self.path!r} is not a usable neural-testbed results store ({error})"
             ) from None
 
+    def _connect_query_only(self) -> sqlite3.Connection:
+        """A reader's connection to a store it could write: SQLite removes the write-ahead
+        log and its index beside the file when the last connection closes, which a
+        ``mode=ro`` one cannot do; ``query_only`` refuses every change."""
+        conn = sqlite3.connect(_uri(self.path), uri=True, timeout=120.0, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 120000")
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+
     def _check_schema(self, create: bool) -> bool:
-        """Checks the file is a store of this schema; True if it is empty (a new store)."""
-        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "meta" in tables:
+        """Checks the file is a store of a schema read here; True if it is empty (a new store).
+
+        Ours: a meta table of a schema version read here, a results table, and nothing
+        another program made (the ``sqlite_*`` objects are SQLite's own, such as the
+        indexes of our keys). Empty: no object at all, nor another program's
+        application id or user version. Anything else is refused before it is changed.
+        """
+        objects = self._conn.execute("SELECT type, name FROM sqlite_master").fetchall()
+        tables = {name for kind, name in objects if kind == "table"}
+        foreign = [f"{kind} {name!r}" for kind, name in objects
+                   if not (kind == "table" and name in _TABLES) and not name.startswith("sqlite_")]
+        if {"meta", "results"} <= tables:
             row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             version = int(row[0]) if row else None
             self._version = version
@@ -310,20 +376,24 @@ class ResultsStore:
                     f"({_package_version()}) reads schema versions "
                     f"{', '.join(map(str, _READS))}: "
                     "use a new --db file, or the neural-testbed version that wrote it")
-            return False
-        if tables:
-            raise StoreError(f"{self.path!r} is a SQLite database but not a neural-testbed results store")
-        if not create:
-            raise StoreError(f"{self.path!r} is empty: it holds no results yet")
-        return True
+            if not foreign:
+                return False
+        elif not objects:
+            foreign = [f"{mark} {value}" for mark in ("application_id", "user_version")
+                       if (value := self._conn.execute(f"PRAGMA {mark}").fetchone()[0])]
+            if not foreign:
+                if not create:
+                    raise StoreError(f"{self.path!r} is empty: it holds no results yet")
+                return True
+        elif not foreign:  # only some of our tables
+            foreign = [f"table {name!r}" for name in sorted(tables)]
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if foreign[3:] else "")
+        raise StoreError(f"{self.path!r} is a SQLite database but not a neural-testbed results "
+                         f"store (it holds {shown}); give another --db file")
 
     def _create_schema(self) -> None:
         with self._transaction():
-            tables = {r[0] for r in self._conn.execute(
-                "SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables - {"meta", "results", _PREDICTIVES, _STUDIES}:  # another program wrote it
-                raise StoreError(
-                    f"{self.path!r} is a SQLite database but not a neural-testbed results store")
+            self._check_schema(create=True)  # asked again under the write lock
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._create_tables()
             self._conn.executemany(
@@ -385,14 +455,18 @@ class ResultsStore:
 
     @contextlib.contextmanager
     def _transaction(self):
-        """BEGIN IMMEDIATE takes the write lock up front (waiting for other writers)."""
+        """BEGIN IMMEDIATE takes the write lock up front (waiting for other writers). Any
+        failure, the commit's included, undoes the whole transaction."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
+            self._conn.execute("COMMIT")
+        except BaseException as error:
+            if self._conn.in_transaction:  # SQLite may have rolled it back already
+                self._conn.execute("ROLLBACK")
+            if isinstance(error, sqlite3.OperationalError) and _is_full(error):
+                raise StoreFullError(self.path) from None
             raise
-        self._conn.execute("COMMIT")
 
     def _check_writer(self) -> None:
         if self.read_only:
@@ -564,10 +638,11 @@ class ResultsStore:
         return len(added), duplicates
 
     def to_csv(self, path: str, rows: Sequence[dict[str, Any]] | None = None) -> int:
-        """Writes every row (or ``rows``) to a CSV file; returns the row count. The
-        predictives (binary, for ``xll``) are not exported."""
+        """Writes every row (or ``rows``) to a CSV file, whole or not at all (see
+        :func:`outputs.written_whole`); returns the row count. The predictives (binary,
+        for ``xll``) are not exported."""
         rows = self.rows() if rows is None else rows
-        with open(path, "w", newline="") as f:
+        with outputs.written_whole(path, newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
             writer.writeheader()
             writer.writerows(rows)

@@ -4,10 +4,12 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import pathlib
 import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -59,7 +61,8 @@ def test_config_hash_is_stable_and_distinguishes_agents_and_values():
 
 _WRITER = """
 import sys
-from neural_testbed import agents, base, generative, leaderboard
+import tempfile
+from neural_testbed import agents, leaderboard
 from neural_testbed.leaderboard import configs, runner
 problem = leaderboard.get_sweep("paper")["classification_2d/0"]
 store = leaderboard.ResultsStore(sys.argv[1])
@@ -355,3 +358,196 @@ def test_a_rows_definition_hash_identifies_what_it_evaluated(tmp_path):
     np.savez(tmp_path / "b" / "copy.npz", **split(y))
     copy = generative.file_problems(tmp_path / "b" / "copy.npz")["copy.npz/0"]
     assert base.definition_hash(copy) == base.definition_hash(a)  # same contents elsewhere
+
+
+_ENV = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
+_READER = """
+import sys
+import tempfile
+from neural_testbed import leaderboard
+from neural_testbed.leaderboard import store as store_lib
+try:
+    with leaderboard.ResultsStore(sys.argv[1], create=False) as store:
+        print(len(store.rows()))
+except store_lib.StoreError as error:
+    print(error)
+"""
+
+
+@contextlib.contextmanager
+def _another_users_shelf(tmp_path):
+    """A directory holding a store that a reading process can read but neither write nor
+    write beside, and the command prefix that starts that process.
+
+    The files are made 0444 in a 0555 directory; where this process is root, whom
+    permissions do not stop, the reader runs as nobody (``setpriv``) instead, in a
+    directory nobody can reach (pytest's own are root's alone)."""
+    if os.geteuid() != 0:
+        shelf, prefix = tmp_path / "shelf", []
+        shelf.mkdir()
+    else:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: no other user to read as")
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        if subprocess.run([*prefix, sys.executable, "-c", "import neural_testbed"], env=_ENV,
+                          capture_output=True, timeout=300).returncode != 0:
+            pytest.skip("running as root, and nobody cannot run this Python: no other user "
+                        "to read as")
+        shelf = pathlib.Path(tempfile.mkdtemp(prefix="neural_testbed_shelf_"))
+        shelf.chmod(0o755)
+    try:
+        yield shelf, prefix
+    finally:
+        shelf.chmod(0o755)
+        if os.geteuid() == 0:
+            shutil.rmtree(shelf)
+
+
+def _read_as(prefix, path):
+    """What _READER prints in a process started with ``prefix``: the row count or the error."""
+    proc = subprocess.run([*prefix, sys.executable, "-c", _READER, str(path)], env=_ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.mark.parametrize("logs", ["none", "of a writer still open"])
+def test_a_shared_store_is_read_by_a_user_who_cannot_write_it_or_its_directory(tmp_path, logs):
+    """A store in WAL mode whose reader can write neither the file nor the directory, so
+    SQLite cannot make the index of the log; with a writer still open, its log and index
+    are there (and not writable by the reader either)."""
+    with _another_users_shelf(tmp_path) as (shelf, prefix):
+        path = shelf / "r.db"
+        with leaderboard.ResultsStore(path) as store:
+            store.write([_result("classification_2d/90", 1), _result("classification_2d/90", 100)])
+        with contextlib.ExitStack() as stack:
+            if logs != "none":
+                writer = stack.enter_context(leaderboard.ResultsStore(path))
+                writer.write([_result("classification_2d/91", 1)])  # in the log only
+                assert sorted(p.name for p in shelf.iterdir()) == ["r.db", "r.db-shm", "r.db-wal"]
+            for p in shelf.iterdir():
+                p.chmod(0o444)
+            shelf.chmod(0o555)
+            assert _read_as(prefix, path) == ("2" if logs == "none" else "3")
+
+
+def test_a_log_that_the_reader_cannot_index_is_refused_not_skipped(tmp_path):
+    """A write-ahead log left without its index (a writer killed, the index removed) in a
+    directory the reader cannot write: reading the file alone would miss the log's rows."""
+    with _another_users_shelf(tmp_path) as (shelf, prefix):
+        path = shelf / "r.db"
+        leaderboard.ResultsStore(path).close()
+        killed = ("import os, sys\nfrom neural_testbed import leaderboard\n"
+                  "store = leaderboard.ResultsStore(sys.argv[1])\n"
+                  "store._conn.execute('PRAGMA wal_autocheckpoint = 0')\n"
+                  "store._conn.execute(\"INSERT INTO meta VALUES ('x', 'y')\")\n"
+                  "os._exit(0)\n")
+        subprocess.run([sys.executable, "-c", killed, str(path)], env=_ENV, check=True,
+                       timeout=300)
+        (shelf / "r.db-shm").unlink()
+        for p in shelf.iterdir():
+            p.chmod(0o444)
+        shelf.chmod(0o555)
+        error = _read_as(prefix, path)
+        assert "r.db-wal' holds transactions" in error and "\n" not in error, error
+
+
+def _foreign_meta(version):
+    return ["CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
+            f"INSERT INTO meta VALUES ('schema_version', '{version}')",
+            "CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT)"]
+
+
+@pytest.mark.parametrize("statements, holds", [
+    (_foreign_meta(3), "table 'accounts'"),
+    (_foreign_meta(2), "table 'accounts'"),
+    (["CREATE VIEW answer AS SELECT 42"], "view 'answer'"),
+    (["PRAGMA application_id = 1234"], "application_id 1234"),
+    (["PRAGMA user_version = 7"], "user_version 7"),
+])
+def test_a_foreign_database_is_refused_by_readers_and_writers_and_left_as_it_was(
+        tmp_path, statements, holds):
+    """Another program's file, even with a meta table like ours or nothing but its mark in
+    the header, is neither switched to WAL nor given our tables."""
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in statements:
+        conn.execute(statement)
+    conn.close()
+    before = _digest(path)
+    for create in (False, True):
+        with pytest.raises(store_lib.StoreError) as error:
+            leaderboard.ResultsStore(path, create=create)
+        message = str(error.value)
+        assert "is a SQLite database but not a neural-testbed results store" in message
+        assert f"(it holds {holds})" in message and "\n" not in message
+    assert _digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
+@pytest.mark.parametrize("statement, holds", [
+    ("CREATE TABLE notes (text TEXT)", "table 'notes'"),
+    ("CREATE INDEX by_kl ON results (kl)", "index 'by_kl'"),
+    ("CREATE TRIGGER stamp AFTER INSERT ON results BEGIN SELECT 1; END", "trigger 'stamp'"),
+])
+def test_a_store_with_another_programs_objects_is_refused_and_left_as_it_was(
+        tmp_path, statement, holds):
+    path = tmp_path / "r.db"
+    with leaderboard.ResultsStore(path) as store:
+        store.write([_result("classification_2d/90", 1)])
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute(statement)
+    before = _digest(path)
+    for create in (False, True):
+        with pytest.raises(store_lib.StoreError, match=f"results store \\(it holds {holds}\\)"):
+            leaderboard.ResultsStore(path, create=create)
+    assert _digest(path) == before
+
+
+def test_a_path_that_starts_with_file_is_a_plain_file_name(tmp_path, monkeypatch):
+    """Not an SQLite URI: 'file:x.db?mode=memory' is a file of that name, kept on disk."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("file:u.db", "file:x.db?mode=memory"):
+        with leaderboard.ResultsStore(name) as store:
+            store.write([_result("classification_2d/90", 1)])
+        with leaderboard.ResultsStore(name, create=False) as store:
+            assert len(store.rows()) == 1
+        assert (tmp_path / name).stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file:u.db", "file:x.db?mode=memory"]
+
+
+def test_no_log_files_are_left_beside_a_store_once_it_is_closed(tmp_path):
+    path = tmp_path / "r.db"
+    with leaderboard.ResultsStore(path) as store:
+        store.write([_result("classification_2d/90", 1)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.db"]
+    before = _digest(path)
+    with leaderboard.ResultsStore(path, create=False) as store:
+        assert len(store.rows()) == 1
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            store._conn.execute("DELETE FROM results")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.db"]
+    assert _digest(path) == before
+
+
+def test_a_full_disk_is_one_error_and_keeps_the_rows_written_before(tmp_path):
+    """SQLite's 'database or disk is full', here from a page limit: the write is undone,
+    earlier rows stay, and the store is still usable."""
+    path = tmp_path / "r.db"
+    with leaderboard.ResultsStore(path) as store:
+        store.write([_result("classification_2d/90", 1)])
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")
+        big = [dataclasses.replace(_result(pid, tau), error="x" * 5000)
+               for pid in PROBLEMS for tau in (1, 100)]
+        with pytest.raises(store_lib.StoreFullError) as error:
+            store.write(big)
+        assert str(error.value) == (
+            f"the disk is full writing the results store {str(path)!r}: the results stored "
+            "before are kept in it, the write that failed was undone; free some space and "
+            "rerun the same command to continue")
+        assert not store._conn.in_transaction
+    with leaderboard.ResultsStore(path) as store:
+        assert [(r["problem_id"], r["tau"]) for r in store.rows()] == [("classification_2d/90", 1)]
+        store.write(big)
+        assert len(store.rows()) == 8
