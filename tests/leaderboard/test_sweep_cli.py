@@ -133,6 +133,24 @@ def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
     assert re.search(r"toy vs mlp: significantly better in \d+, worse in \d+ of 4", out)
 
 
+def test_import_runs_the_named_module_and_no_other_file_of_the_working_directory(tmp_path):
+    """`--import my_toy_agent` loads my_toy_agent.py from the working directory; a stray
+    libtpu.py there, which JAX imports if it can when it picks a backend, never runs."""
+    script = pathlib.Path(sys.executable).with_name("neural-testbed")
+    if not script.exists():  # `python -m` would put the working directory on sys.path itself
+        pytest.skip("the neural-testbed console script is not installed")
+    (tmp_path / "my_toy_agent.py").write_text(pathlib.Path(TOY).read_text())
+    marker = tmp_path / "stray_libtpu_ran"
+    (tmp_path / "libtpu.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    proc = subprocess.run(
+        [str(script), "run", "--agent", "toy", "--import", "my_toy_agent", "--sweep", "smoke",
+         "--taus", "1", "--db", "r.db", "--quiet"], cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 rows computed" in proc.stdout
+    assert not marker.exists()
+
+
 def test_import_never_lets_the_working_directory_shadow_installed_packages(workdir, tmp_path):
     """A stray matplotlib.py beside the user's module is not what `plot` imports."""
     script = pathlib.Path(sys.executable).with_name("neural-testbed")
