@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -30,8 +31,8 @@ from neural_testbed import base, compilation_cache, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.leaderboard import config_batches, configs, runner
 
-__all__ = ["BACKENDS", "WorkUnit", "check_units_at_once", "compute_unit", "default_units_at_once",
-           "execute"]
+__all__ = ["BACKENDS", "WorkUnit", "check_ray_address", "check_units_at_once", "compute_unit",
+           "default_units_at_once", "execute"]
 
 BACKENDS = ("local", "ray")
 log = logging.getLogger(__name__)
@@ -319,6 +320,43 @@ def _ray_loopback_only():
             constants.ENABLE_RAY_CLUSTER = cluster
 
 
+_CONNECT_SECONDS = 5
+
+
+def check_ray_address(address: str) -> None:
+    """Raises a one-line error unless ``address`` is HOST:PORT and something there accepts
+    a TCP connection within a few seconds. Ray itself retries an unreachable address
+    for minutes; this plain connect touches that address only."""
+    host, port = _host_and_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=_CONNECT_SECONDS):
+            pass
+    except OSError as error:
+        reason = "no answer" if isinstance(error, TimeoutError) else (
+            error.strerror or type(error).__name__)
+        raise ValueError(f"--address {address}: no Ray cluster reachable there ({reason} "
+                         f"within {_CONNECT_SECONDS} s); give the HOST:PORT of a running "
+                         "cluster's head, or leave --address out to start a local one") from None
+
+
+def _host_and_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"--address {address!r}: need HOST:PORT of a running Ray cluster's "
+                         "head, e.g. 10.0.0.5:6379")
+    return host, int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: Ray leaves it as it is
+        return False
+
+
 def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
     """Runs units as Ray tasks; a task whose worker dies is retried by Ray."""
     try:
@@ -328,7 +366,16 @@ def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
     started_here = not ray.is_initialized()
     if started_here:
         if address:
-            ray.init(address=address, log_to_driver=False)
+            check_ray_address(address)
+            host = _host_and_port(address)[0]
+            # Ray replaces a loopback host by this machine's network address unless in
+            # single-machine mode: the address goes to Ray as the user wrote it.
+            try:
+                with _ray_loopback_only() if _is_loopback(host) else contextlib.nullcontext():
+                    ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, RuntimeError) as error:  # something else listens there
+                raise ValueError(f"--address {address}: no Ray cluster there would connect "
+                                 f"({str(error).splitlines()[0]}); nothing was run") from None
         else:  # a local cluster for this run, reachable only from this machine
             with _ray_loopback_only():
                 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,

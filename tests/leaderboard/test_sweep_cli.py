@@ -4,6 +4,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,9 +28,14 @@ def _cli(args, cwd, **kwargs):
                             **kwargs)
 
 
-def _run(args, cwd):
+def _run(args, cwd, timeout=600):
     proc = _cli(args, cwd)
-    out, err = proc.communicate(timeout=600)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     return proc.returncode, out, err
 
 
@@ -124,6 +130,38 @@ def test_bad_input_is_a_clear_message_without_traceback(workdir, args, message, 
     assert "Traceback" not in err
     if not message.startswith("note:"):
         assert status == 2
+
+
+@pytest.fixture
+def refused_address():
+    """HOST:PORT where nothing listens: a port bound here and never listened on."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield "127.0.0.1:%d" % bound.getsockname()[1]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--backend", "ray", "--address", "{address}"],
+     "--address {address}: no Ray cluster reachable there (Connection refused within 5 s); "
+     "give the HOST:PORT of a running cluster's head, or leave --address out to start a "
+     "local one"),
+    (["--address", "{address}"],
+     "--address {address} names a Ray cluster: it needs --backend ray (the backend is local)"),
+    (["--backend", "ray", "--address", "head"],
+     "--address 'head': need HOST:PORT of a running Ray cluster's head, e.g. 10.0.0.5:6379"),
+])
+def test_a_bad_ray_address_is_one_line_before_any_work(tmp_path, refused_address, flags,
+                                                       message):
+    """Refused at once (Ray itself retried an unreachable address for minutes), before the
+    store is made, and no Ray is started."""
+    flags = [f.format(address=refused_address) for f in flags]
+    start = time.monotonic()
+    status, out, err = _run(["run", "--agent", "mlp", "--sweep", "smoke", "--db", "x.db",
+                             *flags], tmp_path, timeout=60)
+    assert time.monotonic() - start < 30
+    assert status == 2
+    assert err == f"neural-testbed: error: {message.format(address=refused_address)}\n"
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
