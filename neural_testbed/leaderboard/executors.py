@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -138,6 +139,42 @@ def compute_unit(unit: WorkUnit, agent: base.Agent | None = None) -> list[base.P
     return runner.run_batch(made, list(unit.problems), size, unit.config)
 
 
+def _die_with_the_driver(driver: int) -> None:
+    """Makes this worker end when the process that started it ends, however it ends
+    (SIGKILL included, when no handler of the driver's can run).
+
+    On Linux the kernel does it: ``PR_SET_PDEATHSIG`` sends SIGKILL to this process when
+    its parent ends (strictly, the parent's thread that started it: the one that submits
+    the units). That covers a death from now on; one before (while this worker was
+    importing) shows as a changed parent pid, checked after. Elsewhere a daemon thread
+    watches the parent pid. multiprocessing's resource tracker then ends by itself: it
+    exits when the last process holding its pipe (driver and workers) is gone.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1  # from <linux/prctl.h>
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != driver:
+            os._exit(1)
+        return
+
+    def watch():
+        while os.getppid() == driver:
+            time.sleep(1)  # polling: no portable way to wait for the parent
+        os._exit(1)
+
+    threading.Thread(target=watch, name="neural-testbed-watchdog", daemon=True).start()
+
+
+def _init_local_worker(imports: Sequence[str], driver: int) -> None:
+    """A local worker process ends with the driver, and starts as :func:`_init_worker`."""
+    _die_with_the_driver(driver)
+    _init_worker(imports)
+
+
 def _init_worker(imports: Sequence[str]) -> None:
     """Spawned workers start empty: register plug-in and --import agents again.
 
@@ -222,8 +259,8 @@ def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
     context = multiprocessing.get_context("spawn")
     while remaining:
         pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_init_worker,
-            initargs=(tuple(imports),))
+            max_workers=workers, mp_context=context, initializer=_init_local_worker,
+            initargs=(tuple(imports), os.getpid()))
         finished = set()
         broken = False
         try:
