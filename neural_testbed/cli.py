@@ -523,7 +523,8 @@ def _compute(args, configs: Sequence[Any], announce: str,
     sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
                             workers=args.workers, backend=args.backend, estimator=args.estimator,
                             configs_per_batch=configs_per_batch,
-                            units_at_once=1 if units_at_once is None else units_at_once)
+                            units_at_once=1 if units_at_once is None else units_at_once,
+                            address=args.address)
     sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator, configs)
     if units_at_once is None:  # not asked: both cores of a CPU, one unit in worker processes
         units_at_once = args.units_at_once = (

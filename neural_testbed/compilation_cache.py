@@ -19,19 +19,22 @@ alone never does, since the cache is a process-wide JAX setting. Where:
 
 The cache keeps at most :data:`MAX_BYTES`, dropping the least recently used
 programs first (JAX's eviction, which needs the ``filelock`` package).
-:func:`enable` also keeps compiled executables whole in its ``executables``
-folder (``executable_cache``), so that a warm run need not lower its programs.
+
+A cached entry is machine code that the next run executes (JAX does not unpickle
+it, but whoever can write the folder can plant a program), so the cache is used
+only in a folder of this user's that group and others cannot write: one made
+here is mode 0700, and one owned by another user or writable by group or others
+is not used (a one-line warning says so).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Mapping
 
 import jax
-
-from neural_testbed import executable_cache
 
 __all__ = ["MAX_BYTES", "cache_directory", "enable"]
 
@@ -54,7 +57,8 @@ def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
 
 def enable(environ: Mapping[str, str] = os.environ) -> str | None:
     """Turns JAX's persistent compilation cache on for this process; returns its
-    directory, or None when it is off or its directory cannot be made.
+    directory, or None when it is off or its directory cannot be made or is not
+    private (then off in this process, even if ``JAX_COMPILATION_CACHE_DIR`` named it).
 
     Call it before the first compilation (JAX decides once per process whether a
     cache is in use). Every program is cached, however short its compilation,
@@ -63,22 +67,32 @@ def enable(environ: Mapping[str, str] = os.environ) -> str | None:
     directory = cache_directory(environ)
     if directory is None:
         return None
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as error:  # a cache only saves time: run without one
-        _log.warning("no compilation cache: cannot make %s (%s)", directory, error)
+    refusal = _unsafe(directory)
+    if refusal:  # a cache only saves time: run without one
+        _log.warning("no compilation cache: %s", refusal)
+        jax.config.update("jax_compilation_cache_dir", None)  # JAX reads its variable itself
         return None
     jax.config.update("jax_compilation_cache_dir", directory)
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     if "JAX_COMPILATION_CACHE_MAX_SIZE" not in environ:
         jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
-    executables = os.path.join(directory, "executables")
-    try:
-        os.makedirs(executables, exist_ok=True)
-    except OSError as error:
-        _log.warning("compiled programs are not kept whole: cannot make %s (%s)",
-                     executables, error)
-    else:
-        executable_cache.use(executables)
     return directory
+
+
+def _unsafe(directory: str) -> str | None:
+    """Makes ``directory`` (mode 0700) if it is missing; says why it must not hold
+    programs this process runs, or None if only this user can write it."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        status = os.stat(directory)
+    except OSError as error:
+        return f"cannot make {directory} ({error})"
+    if hasattr(os, "geteuid") and status.st_uid != os.geteuid():
+        return (f"{directory} belongs to another user (uid {status.st_uid}); use a folder of "
+                "your own (NEURAL_TESTBED_CACHE_DIR=DIR)")
+    if status.st_mode & 0o022:
+        return (f"{directory} is writable by group or others (mode "
+                f"{stat.S_IMODE(status.st_mode):o}); chmod go-w it or use another folder "
+                "(NEURAL_TESTBED_CACHE_DIR=DIR)")
+    return None

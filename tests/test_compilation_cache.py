@@ -1,10 +1,14 @@
 """The persistent compilation cache: where it goes, how it is turned off, and that a second
 run of the same sweep into a new store, with worker processes, compiles nothing."""
 
+import logging
 import os
 import pathlib
+import pickle
+import stat
 import subprocess
 import sys
+import zlib
 
 import pytest
 
@@ -54,25 +58,82 @@ def _programs(cache):
             if p.name.endswith("-atime")}
 
 
-def _executables(cache):
-    """Kept executable (executable_cache.py) -> when it was last used."""
-    return {p.name: p.stat().st_mtime_ns for p in (cache / "executables").iterdir()}
-
-
 @pytest.mark.slow  # two runs of the command, the second with worker processes
 def test_a_second_run_into_a_new_store_compiles_nothing(tmp_path):
     """The command writes its programs to the cache; the same sweep again, into a new store
-    with two worker processes, compiles none (no new entry in JAX's cache) and loads every
-    executable the first kept."""
+    with two worker processes, compiles none (no new entry in JAX's cache)."""
     cache = tmp_path / "cache"
     run = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=10", "--taus", "1",
            "--quiet"]
     _run([*run, "--db", "first.db"], tmp_path, cache)
-    programs, first = _programs(cache), _executables(cache)
-    assert len(first) >= 3  # building, training, evaluation at least
+    programs = _programs(cache)
+    assert len(programs) >= 3  # building, training, evaluation at least
     out = _run([*run, "--db", "second.db", "--workers", "2"], tmp_path, cache)
     assert "4 rows computed, 0 reused" in out
     assert _programs(cache).keys() == programs.keys()
-    second = _executables(cache)
-    assert second.keys() == first.keys()
-    assert all(second[name] != first[name] for name in first)  # each one loaded again
+
+
+def test_a_cache_directory_made_here_is_private(tmp_path, monkeypatch):
+    monkeypatch.setattr(compilation_cache.jax.config, "update", lambda *_: None)  # JAX's own
+    made = tmp_path / "new" / "xla"
+    assert compilation_cache.enable({"NEURAL_TESTBED_CACHE_DIR": str(made)}) == str(made)
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path, monkeypatch, caplog, mode):
+    """Whoever can write the cache can plant a program the next run executes."""
+    settings = {}
+    monkeypatch.setattr(compilation_cache.jax.config, "update",
+                        lambda name, value: settings.__setitem__(name, value))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    with caplog.at_level(logging.WARNING, logger=compilation_cache.__name__):
+        assert compilation_cache.enable({"JAX_COMPILATION_CACHE_DIR": str(shared)}) is None
+    assert settings == {"jax_compilation_cache_dir": None}  # JAX's variable named it
+    [message] = caplog.messages
+    assert message == (f"no compilation cache: {shared} is writable by group or others (mode "
+                       f"{mode:o}); chmod go-w it or use another folder "
+                       "(NEURAL_TESTBED_CACHE_DIR=DIR)")
+
+
+def test_a_cache_directory_of_another_user_is_not_used(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(compilation_cache.jax.config, "update", lambda *_: None)
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(tmp_path).st_uid + 1)
+    with caplog.at_level(logging.WARNING, logger=compilation_cache.__name__):
+        assert compilation_cache.enable({"NEURAL_TESTBED_CACHE_DIR": str(tmp_path)}) is None
+    assert caplog.messages == [f"no compilation cache: {tmp_path} belongs to another user "
+                               f"(uid {os.stat(tmp_path).st_uid}); use a folder of your own "
+                               "(NEURAL_TESTBED_CACHE_DIR=DIR)"]
+
+
+class _Payload:
+    """Unpickled, it runs ``touch MARKER``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.slow  # two runs of the command
+def test_a_crafted_file_in_the_cache_is_never_unpickled(tmp_path):
+    """Every file a run left in the cache folder is replaced by a pickle that would create a
+    marker file when loaded (its ``.executable`` files, which the removed executable cache
+    unpickled, compressed as it read them); the next run of the same sweep computes its
+    rows and the marker never appears."""
+    cache = tmp_path / "cache"
+    run = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=10", "--taus", "1",
+           "--quiet"]
+    _run([*run, "--db", "first.db"], tmp_path, cache)
+    marker = tmp_path / "unpickled"
+    blob = pickle.dumps(_Payload(marker))
+    entries = [p for p in cache.rglob("*") if p.is_file() and not p.name.endswith("-atime")]
+    assert entries  # not vacuous: the first run wrote programs
+    for entry in entries:
+        entry.write_bytes(zlib.compress(blob) if entry.suffix == ".executable" else blob)
+    out = _run([*run, "--db", "second.db"], tmp_path, cache)
+    assert "4 rows computed, 0 reused" in out
+    assert not marker.exists()

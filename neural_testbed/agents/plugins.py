@@ -30,12 +30,15 @@ log = logging.getLogger(__name__)
 def import_agent_module(name: str) -> ModuleType:
     """Imports a module by dotted name, or a ``.py`` file by path.
 
-    A dotted name is looked up on ``sys.path`` and then in the working
-    directory, which is *appended* to ``sys.path`` (never put first), so a
-    file in the working directory can never shadow an installed package: a
-    stray ``matplotlib.py`` there is not what ``import matplotlib`` finds. A
-    file imported by path is registered under its file name, which must not
-    be the name of a module that is installed or already imported.
+    A dotted name is looked up on ``sys.path`` as it is and, only if it is not
+    there, in the working directory (a ``NAME.py`` file, or a package folder
+    holding the first part of the name), which is loaded from where it lies:
+    the working directory is never added to ``sys.path``, so no later import
+    (JAX looking for ``libtpu``, say) finds a stray file there, and a file there
+    can never shadow an installed package. Such a module's own imports of other
+    files in the working directory fail likewise; a package's relative imports
+    work. A file imported by path is registered under its file name, which must
+    not be the name of a module that is installed or already imported.
 
     Raises:
       ValueError: if it cannot be found or fails to import.
@@ -43,9 +46,8 @@ def import_agent_module(name: str) -> ModuleType:
     try:
         if name.endswith(".py") or os.sep in name or (os.altsep and os.altsep in name):
             return _import_file(name)
-        cwd = os.getcwd()
-        if not any(_same_dir(entry, cwd) for entry in sys.path):
-            sys.path.append(cwd)  # last: modules here only if no installed one has the name
+        if _find_spec(name) is None:
+            _import_from_working_directory(name)
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
         raise ValueError(f"--import {name}: {error} (is it on PYTHONPATH or in this directory?)") from None
@@ -55,11 +57,27 @@ def import_agent_module(name: str) -> ModuleType:
         raise ValueError(f"--import {name}: importing it raised {type(error).__name__}: {error}") from None
 
 
-def _same_dir(entry: str, directory: str) -> bool:
+def _find_spec(name: str):
+    """The module's spec on ``sys.path`` (or imported already), or None."""
     try:
-        return os.path.samefile(entry or os.curdir, directory)
-    except OSError:
-        return False
+        return importlib.util.find_spec(name)
+    except ModuleNotFoundError:  # a parent package is missing
+        return None
+
+
+def _import_from_working_directory(name: str) -> None:
+    """Loads the top-level module of ``name`` from the working directory, if it is there;
+    the rest of the name is then imported from it as usual (a package's ``__path__``)."""
+    top = name.partition(".")[0]
+    folder = os.path.join(os.getcwd(), top)
+    if os.path.isfile(os.path.join(folder, "__init__.py")):
+        spec = importlib.util.spec_from_file_location(
+            top, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
+    elif top == name and os.path.isfile(folder + ".py"):
+        spec = importlib.util.spec_from_file_location(top, folder + ".py")
+    else:
+        return
+    _execute(spec)
 
 
 def _import_file(path: str) -> ModuleType:
@@ -83,13 +101,18 @@ def _import_file(path: str) -> ModuleType:
     if installed is not None and not (installed.origin and _same_file(installed.origin, path)):
         raise ValueError(f"--import {path}: it would shadow the installed module {module_name!r} "
                          f"({installed.origin}); rename the file")
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    return _execute(importlib.util.spec_from_file_location(module_name, path))
+
+
+def _execute(spec) -> ModuleType:
+    """Runs a module found by file location, registered under its name so that its config
+    classes pickle by name (and workers find them by it)."""
     module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # so that its config classes pickle by name
+    sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[module_name]
+        del sys.modules[spec.name]
         raise
     return module
 

@@ -19,8 +19,10 @@ import multiprocessing
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,8 +32,8 @@ from neural_testbed import base, compilation_cache, memory
 from neural_testbed.agents import plugins, registry
 from neural_testbed.leaderboard import config_batches, configs, runner
 
-__all__ = ["BACKENDS", "WorkUnit", "check_units_at_once", "compute_unit", "default_units_at_once",
-           "execute"]
+__all__ = ["BACKENDS", "WorkUnit", "check_ray_address", "check_units_at_once", "compute_unit",
+           "default_units_at_once", "execute"]
 
 BACKENDS = ("local", "ray")
 log = logging.getLogger(__name__)
@@ -137,6 +139,42 @@ def compute_unit(unit: WorkUnit, agent: base.Agent | None = None) -> list[base.P
     return runner.run_batch(made, list(unit.problems), size, unit.config)
 
 
+def _die_with_the_driver(driver: int) -> None:
+    """Makes this worker end when the process that started it ends, however it ends
+    (SIGKILL included, when no handler of the driver's can run).
+
+    On Linux the kernel does it: ``PR_SET_PDEATHSIG`` sends SIGKILL to this process when
+    its parent ends (strictly, the parent's thread that started it: the one that submits
+    the units). That covers a death from now on; one before (while this worker was
+    importing) shows as a changed parent pid, checked after. Elsewhere a daemon thread
+    watches the parent pid. multiprocessing's resource tracker then ends by itself: it
+    exits when the last process holding its pipe (driver and workers) is gone.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1  # from <linux/prctl.h>
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != driver:
+            os._exit(1)
+        return
+
+    def watch():
+        while os.getppid() == driver:
+            time.sleep(1)  # polling: no portable way to wait for the parent
+        os._exit(1)
+
+    threading.Thread(target=watch, name="neural-testbed-watchdog", daemon=True).start()
+
+
+def _init_local_worker(imports: Sequence[str], driver: int) -> None:
+    """A local worker process ends with the driver, and starts as :func:`_init_worker`."""
+    _die_with_the_driver(driver)
+    _init_worker(imports)
+
+
 def _init_worker(imports: Sequence[str]) -> None:
     """Spawned workers start empty: register plug-in and --import agents again.
 
@@ -221,8 +259,8 @@ def _local_workers(units, workers, imports) -> Iterator[tuple[WorkUnit, list]]:
     context = multiprocessing.get_context("spawn")
     while remaining:
         pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_init_worker,
-            initargs=(tuple(imports),))
+            max_workers=workers, mp_context=context, initializer=_init_local_worker,
+            initargs=(tuple(imports), os.getpid()))
         finished = set()
         broken = False
         try:
@@ -319,6 +357,43 @@ def _ray_loopback_only():
             constants.ENABLE_RAY_CLUSTER = cluster
 
 
+_CONNECT_SECONDS = 5
+
+
+def check_ray_address(address: str) -> None:
+    """Raises a one-line error unless ``address`` is HOST:PORT and something there accepts
+    a TCP connection within a few seconds. Ray itself retries an unreachable address
+    for minutes; this plain connect touches that address only."""
+    host, port = _host_and_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=_CONNECT_SECONDS):
+            pass
+    except OSError as error:
+        reason = "no answer" if isinstance(error, TimeoutError) else (
+            error.strerror or type(error).__name__)
+        raise ValueError(f"--address {address}: no Ray cluster reachable there ({reason} "
+                         f"within {_CONNECT_SECONDS} s); give the HOST:PORT of a running "
+                         "cluster's head, or leave --address out to start a local one") from None
+
+
+def _host_and_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"--address {address!r}: need HOST:PORT of a running Ray cluster's "
+                         "head, e.g. 10.0.0.5:6379")
+    return host, int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: Ray leaves it as it is
+        return False
+
+
 def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
     """Runs units as Ray tasks; a task whose worker dies is retried by Ray."""
     try:
@@ -328,7 +403,16 @@ def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
     started_here = not ray.is_initialized()
     if started_here:
         if address:
-            ray.init(address=address, log_to_driver=False)
+            check_ray_address(address)
+            host = _host_and_port(address)[0]
+            # Ray replaces a loopback host by this machine's network address unless in
+            # single-machine mode: the address goes to Ray as the user wrote it.
+            try:
+                with _ray_loopback_only() if _is_loopback(host) else contextlib.nullcontext():
+                    ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, RuntimeError) as error:  # something else listens there
+                raise ValueError(f"--address {address}: no Ray cluster there would connect "
+                                 f"({str(error).splitlines()[0]}); nothing was run") from None
         else:  # a local cluster for this run, reachable only from this machine
             with _ray_loopback_only():
                 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,

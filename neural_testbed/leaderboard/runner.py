@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from neural_testbed import base, diagnostics, executable_cache
+from neural_testbed import base, diagnostics
 from neural_testbed.agents import host
 from neural_testbed.leaderboard import config_batches
 from neural_testbed.leaderboard import configs as configs_lib
@@ -184,23 +184,22 @@ class BatchRunner:
             building.enter_context(_BUILD_COMPILING)
             if build_key in _BUILD_PROGRAMS:  # built by another runner: let others build too
                 building.close()
-            jobs = []  # (cache, cache key, traced program, its arguments)
+            jobs = []  # (cache, cache key, traced program)
             with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
                 build = jax.jit(_build_program(self.template)).trace(key_seeds, args)
                 if build_key not in _BUILD_PROGRAMS:
-                    jobs.append((_BUILD_PROGRAMS, build_key, build, (key_seeds, args)))
+                    jobs.append((_BUILD_PROGRAMS, build_key, build))
                 instances, agent_keys, test_keys = build.out_info
                 train_args = (agent_keys, instances, num_train, *self._values)
                 train = jax.jit(self._programs["train"]).trace(*train_args)
-                jobs.append((self._compiled, ("train", size), train, train_args))
+                jobs.append((self._compiled, ("train", size), train))
                 for name in names[1:]:
                     eval_args = (test_keys, train.out_info, instances.env, *self._values)
                     jobs.append((self._compiled, (name, size),
-                                 jax.jit(self._programs[name]).trace(*eval_args), eval_args))
+                                 jax.jit(self._programs[name]).trace(*eval_args)))
             with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
-                compiled = list(pool.map(lambda job: executable_cache.compile_traced(*job[2:]),
-                                         jobs))
-            for (cache, cache_key, traced, _), program in zip(jobs, compiled):
+                compiled = list(pool.map(lambda job: _compile(job[2]), jobs))
+            for (cache, cache_key, traced), program in zip(jobs, compiled):
                 cache[cache_key] = _cache_entry(traced, program)
             return time.perf_counter() - start
 
@@ -343,6 +342,11 @@ def _factorises(traced) -> bool:
     return bool(_FACTORISATION.search(str(traced.jaxpr)))
 
 
+def _compile(traced) -> Any:
+    """Every program the runner runs is compiled here (through JAX's persistent cache)."""
+    return traced.lower().compile()
+
+
 def _cache_entry(traced, compiled) -> tuple[Callable, Any]:
     """A compiled program and the guard it runs under (``_FACTORISING`` if it factorises)."""
     return compiled, _FACTORISING if _factorises(traced) else contextlib.nullcontext()
@@ -365,7 +369,7 @@ def _run_compiled(
             with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
                 traced = jax.jit(program).trace(*args)
             entry = cache[cache_key] = _cache_entry(
-                traced, executable_cache.compile_traced(traced, args))
+                traced, _compile(traced))
             compile_seconds = time.perf_counter() - start
     compiled, guard = entry
     with guard:

@@ -60,8 +60,10 @@ def check_options(
     estimator: str = "auto",
     configs_per_batch: int = 1,
     units_at_once: int = 1,
+    address: str | None = None,
 ) -> None:
-    """Checks the settings of a run before anything is opened or computed.
+    """Checks the settings of a run before anything is opened or computed (an
+    ``address`` is also checked to be reachable).
 
     Raises:
       ValueError: naming the bad setting (and its command-line flag) and what
@@ -86,6 +88,11 @@ def check_options(
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(executors.BACKENDS)}")
     if backend == "ray" and importlib.util.find_spec("ray") is None:
         raise ValueError("--backend ray needs Ray: pip install 'neural-testbed[ray]'")
+    if address is not None:
+        if backend != "ray":
+            raise ValueError(f"--address {address} names a Ray cluster: it needs --backend "
+                             f"ray (the backend is {backend})")
+        executors.check_ray_address(address)
     executors.check_units_at_once(units_at_once, backend, workers)
     kl.choose_estimator(1, estimator)
 
@@ -343,7 +350,7 @@ def run_sweep(
     """
     check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch, workers=workers,
                   backend=backend, estimator=estimator, configs_per_batch=configs_per_batch,
-                  units_at_once=units_at_once)
+                  units_at_once=units_at_once, address=address)
     check_agent_on_problems(agent_name, problems, estimator, configs)
     units, reused = plan_units(
         agent_name, configs, list(problems), store, agent_seed=agent_seed, estimator=estimator,

@@ -1,6 +1,7 @@
 """Loading user agents: entry points and --import."""
 
 import importlib.metadata
+import importlib.util
 import pathlib
 import sys
 import types
@@ -50,3 +51,26 @@ def test_import_errors_are_clear():
         plugins.import_agent_module("nowhere/x.py")
     with pytest.raises(ValueError, match="--import not_a_module_xyz: No module named"):
         plugins.import_agent_module("not_a_module_xyz")
+
+
+def test_import_by_name_loads_the_working_directorys_module_only(tmp_path, monkeypatch):
+    """A module (and a package's submodule) in the working directory is imported by name,
+    and the directory is not added to sys.path: a stray file beside it stays unimportable."""
+    (tmp_path / "users_module_xyz.py").write_text("LOADED = True\n")
+    (tmp_path / "users_package_xyz").mkdir()
+    (tmp_path / "users_package_xyz" / "__init__.py").write_text("")
+    (tmp_path / "users_package_xyz" / "agent.py").write_text("from . import helper\n")
+    (tmp_path / "users_package_xyz" / "helper.py").write_text("")
+    (tmp_path / "stray_xyz.py").write_text("raise AssertionError('a stray file was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    before = list(sys.path)
+    try:
+        assert plugins.import_agent_module("users_module_xyz").LOADED
+        assert plugins.import_agent_module("users_package_xyz.agent").helper
+        assert sys.path == before
+        assert importlib.util.find_spec("stray_xyz") is None
+    finally:
+        for name in ("users_module_xyz", "users_package_xyz", "users_package_xyz.agent",
+                     "users_package_xyz.helper"):
+            sys.modules.pop(name, None)

@@ -54,13 +54,13 @@ def test_a_batch_sizes_programs_compile_side_by_side_and_once(monkeypatch):
     """Training and each tau's evaluation (and building, unless another test of this
     process built this shape) compile at once, each in a thread of its own; the next
     batch of that size compiles nothing."""
-    threads, compile_traced = [], runner.executable_cache.compile_traced
+    threads, compile_traced = [], runner._compile
 
-    def recording(traced, args):
+    def recording(traced):
         threads.append(threading.get_ident())
-        return compile_traced(traced, args)
+        return compile_traced(traced)
 
-    monkeypatch.setattr(runner.executable_cache, "compile_traced", recording)
+    monkeypatch.setattr(runner, "_compile", recording)
     problems = _small(["classification_2d/92", "classification_2d/93", "classification_2d/94",
                        "classification_2d/95"], num_test=30, num_samples=20)
     rows = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, problems_per_batch=2)
@@ -204,13 +204,13 @@ def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
     evaluating) asks for full float32 (a CPU computes that anyway, so this is checked in
     the programs' text)."""
     jaxprs = []
-    compile_traced = runner.executable_cache.compile_traced
+    compile_traced = runner._compile
 
-    def recording(traced, args):
+    def recording(traced):
         jaxprs.append(str(traced.jaxpr))
-        return compile_traced(traced, args)
+        return compile_traced(traced)
 
-    monkeypatch.setattr(runner.executable_cache, "compile_traced", recording)
+    monkeypatch.setattr(runner, "_compile", recording)
     summarise, in_effect = runner.diagnostics.summarise_batch, []
 
     def summarise_noting(inputs):  # jitted apart from the runner's programs

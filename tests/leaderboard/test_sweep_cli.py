@@ -4,6 +4,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,9 +28,14 @@ def _cli(args, cwd, **kwargs):
                             **kwargs)
 
 
-def _run(args, cwd):
+def _run(args, cwd, timeout=600):
     proc = _cli(args, cwd)
-    out, err = proc.communicate(timeout=600)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     return proc.returncode, out, err
 
 
@@ -126,11 +132,61 @@ def test_bad_input_is_a_clear_message_without_traceback(workdir, args, message, 
         assert status == 2
 
 
+@pytest.fixture
+def refused_address():
+    """HOST:PORT where nothing listens: a port bound here and never listened on."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield "127.0.0.1:%d" % bound.getsockname()[1]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--backend", "ray", "--address", "{address}"],
+     "--address {address}: no Ray cluster reachable there (Connection refused within 5 s); "
+     "give the HOST:PORT of a running cluster's head, or leave --address out to start a "
+     "local one"),
+    (["--address", "{address}"],
+     "--address {address} names a Ray cluster: it needs --backend ray (the backend is local)"),
+    (["--backend", "ray", "--address", "head"],
+     "--address 'head': need HOST:PORT of a running Ray cluster's head, e.g. 10.0.0.5:6379"),
+])
+def test_a_bad_ray_address_is_one_line_before_any_work(tmp_path, refused_address, flags,
+                                                       message):
+    """Refused at once (Ray itself retried an unreachable address for minutes), before the
+    store is made, and no Ray is started."""
+    flags = [f.format(address=refused_address) for f in flags]
+    start = time.monotonic()
+    status, out, err = _run(["run", "--agent", "mlp", "--sweep", "smoke", "--db", "x.db",
+                             *flags], tmp_path, timeout=60)
+    assert time.monotonic() - start < 30
+    assert status == 2
+    assert err == f"neural-testbed: error: {message.format(address=refused_address)}\n"
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
     status, out, err = _run(["compare", "--agent", "toy", "--baseline", "mlp", "--sweep",
                              "smoke", "--db", "ref.db"], workdir)
     assert status == 0, err
     assert re.search(r"toy vs mlp: significantly better in \d+, worse in \d+ of 4", out)
+
+
+def test_import_runs_the_named_module_and_no_other_file_of_the_working_directory(tmp_path):
+    """`--import my_toy_agent` loads my_toy_agent.py from the working directory; a stray
+    libtpu.py there, which JAX imports if it can when it picks a backend, never runs."""
+    script = pathlib.Path(sys.executable).with_name("neural-testbed")
+    if not script.exists():  # `python -m` would put the working directory on sys.path itself
+        pytest.skip("the neural-testbed console script is not installed")
+    (tmp_path / "my_toy_agent.py").write_text(pathlib.Path(TOY).read_text())
+    marker = tmp_path / "stray_libtpu_ran"
+    (tmp_path / "libtpu.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    proc = subprocess.run(
+        [str(script), "run", "--agent", "toy", "--import", "my_toy_agent", "--sweep", "smoke",
+         "--taus", "1", "--db", "r.db", "--quiet"], cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 rows computed" in proc.stdout
+    assert not marker.exists()
 
 
 def test_import_never_lets_the_working_directory_shadow_installed_packages(workdir, tmp_path):
