@@ -94,3 +94,20 @@ def test_a_hyperparameter_set_twice_is_refused_not_overridden():
     with pytest.raises(ValueError, match=r"^--set hidden is given twice \('hidden=10' and "
                                          r"'hidden=20'\); give each hyperparameter once$"):
         agents.parse_overrides(agents.get_agent("mlp"), ["hidden=10", "hidden=20"])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [("num_steps=1000000000000", "num_steps must be an integer that fits int32"),
+     (f"num_steps={2**31}", "num_steps must be an integer that fits int32"),
+     ("num_steps=100000001", "num_steps must be at most 100000000 steps"),
+     ("batch_size=1000000000000", "batch_size must be an integer that fits int32"),
+     ("learning_rate=1e-320", "learning_rate must be a number float32 holds"),
+     ("learning_rate=1e-40", "learning_rate must be a number float32 holds"),
+     ("l2_weight_decay=1e39", "l2_weight_decay must be a number float32 holds")],
+)
+def test_values_that_jax_cannot_hold_are_refused_when_the_config_is_made(override, message):
+    """Ints past int32 (JAX's integers), loops of absurd length, and floats that float32
+    turns into 0, a subnormal or inf: refused by the config, not later inside jit."""
+    with pytest.raises(ValueError, match=message):
+        agents.parse_overrides(agents.get_agent("mlp"), [override])
