@@ -360,6 +360,15 @@ def test_import_of_a_file_named_like_an_installed_module_is_refused(tmp_path, ca
     _one_error_line(capsys, "the module 'json'", "rename the file")
 
 
+def test_a_module_that_exits_while_imported_is_one_line_not_a_silent_exit(tmp_path, capsys):
+    quitter = tmp_path / "quitter_mod.py"
+    quitter.write_text("import sys\nsys.exit(7)\n")
+    assert cli.main(["agents", "--import", str(quitter)]) == 2
+    _one_error_line(capsys, f"--import {quitter}: the module exited with status 7 while "
+                            "being imported")
+    assert "quitter_mod" not in sys.modules
+
+
 @pytest.mark.slow  # every diagnostic at four taus, and its figures
 def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsys,
                                                                  monkeypatch):
