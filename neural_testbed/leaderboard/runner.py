@@ -226,6 +226,11 @@ class BatchRunner:
                     f"evaluate{tau}/{estimator}", test_keys, states, instances.env, *self._values)
                 compile_seconds += eval_compile
                 evaluations[tau, estimator] = jax.device_get(ev), eval_run
+        except Exception:
+            failure = self._host_agent is not None and self._host_states.take_failure()
+            if failure:  # the agent's error in one line, not XLA's wrapping of it
+                raise failure from None
+            raise
         finally:
             if self._host_agent is not None:
                 self._host_states.clear()
