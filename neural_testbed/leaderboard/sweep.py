@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -26,9 +27,12 @@ from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.likelihood import kl, regression
 
 __all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_agent_on_problems", "check_options",
-           "parse_shard", "plan_units", "run_agent", "run_sweep"]
+           "parse_shard", "plan_units", "run_agent", "run_sweep", "usable_cores"]
 
 MAX_AGENT_SEED = 2**32 - 1  # the seed is folded into keys as a uint32
+# Local worker processes per usable core: a worker also waits (compiling, in Python), so
+# two per core can still help; beyond that each adds a JAX runtime's memory and no speed.
+MAX_WORKERS_PER_CORE = 2
 
 
 @dataclasses.dataclass
@@ -49,6 +53,19 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not 1 <= i <= n:
         raise ValueError(f"--shard {text!r}: need 1 <= i <= n")
     return i, n
+
+
+def usable_cores() -> int:
+    """The cores this process may use: those it is pinned to, and no more than a cgroup v2
+    CPU quota allows (a container limited to 2 CPUs still sees every core of its host)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    return cores if quota == "max" else max(1, min(cores, -(-int(quota) // int(period))))
 
 
 def check_options(
@@ -82,6 +99,12 @@ def check_options(
                          f"got {configs_per_batch!r}")
     if not is_int(workers) or workers < 1:
         raise ValueError(f"workers (--workers) must be an integer >= 1, got {workers!r}")
+    cores = usable_cores()
+    if backend == "local" and workers > MAX_WORKERS_PER_CORE * cores:
+        raise ValueError(f"workers (--workers) must be at most {MAX_WORKERS_PER_CORE * cores} "
+                         f"({MAX_WORKERS_PER_CORE} per core; this process may use {cores}): each "
+                         "worker runs its own JAX runtime and compiles its own programs, so more "
+                         f"only add memory and switching; got {workers}")
     if backend not in executors.BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(executors.BACKENDS)}")
     if backend == "ray" and importlib.util.find_spec("ray") is None:
