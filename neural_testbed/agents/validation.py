@@ -44,7 +44,9 @@ __all__ = ["MAX_STEPS", "check_fields", "is_traced"]
 # at a few microseconds a step it already runs for minutes per problem.
 MAX_STEPS = 10**8
 _INT32 = np.iinfo(np.int32)
-_FLOAT32 = np.finfo(np.float32)
+# As Python floats: comparing 1e39 with NumPy's float32 maximum warns of an overflow.
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_fields(config: Any) -> None:
@@ -106,9 +108,9 @@ def _allowed(value: Any, annotation: Any) -> str | None:
                 and math.isfinite(float(value))):
             return "a finite number"
         size = abs(float(value))
-        return (None if size == 0 or _FLOAT32.tiny <= size <= _FLOAT32.max
-                else f"a number float32 holds (0, or of magnitude {_FLOAT32.tiny:.4g} to "
-                     f"{_FLOAT32.max:.4g})")
+        return (None if size == 0 or _FLOAT32_TINY <= size <= _FLOAT32_MAX
+                else f"a number float32 holds (0, or of magnitude {_FLOAT32_TINY:.4g} to "
+                     f"{_FLOAT32_MAX:.4g})")
     if annotation is str:
         return None if isinstance(value, str) else "a string"
     if origin is typing.Literal:
