@@ -539,6 +539,7 @@ def _compute(args, configs: Sequence[Any], announce: str,
                             configs_per_batch=configs_per_batch,
                             units_at_once=1 if units_at_once is None else units_at_once)
     sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator, configs)
+    sweep_lib.check_memory(args.agent, configs, problems, args.estimator, args.seed)
     if units_at_once is None:  # not asked: both cores of a CPU, one unit in worker processes
         units_at_once = args.units_at_once = (
             executors.default_units_at_once()

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from neural_testbed import agents, cli, diagnostics, leaderboard
+from neural_testbed import agents, cli, diagnostics, leaderboard, memory
 from neural_testbed.leaderboard import runner
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard import sweep as sweep_lib
@@ -524,3 +524,26 @@ def test_plot_draws_figure_5_for_a_host_agent(store, tmp_path, capsys, agent):
                      "--db", str(store)]) == 0
     assert (out / "figure5.png").stat().st_size > 0
     assert f"wrote {out / 'figure5.png'}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--set", "batch_size=1000000000"], [
+        "agent mlp (batch_size=1000000000) cannot run classification_2d/110: its training "
+        "program holds an array of 186.3 GiB for that problem alone, more than the 64 GiB of "
+        "memory here"]),
+    (["--set", "hidden=1000000000"], ["agent mlp (hidden=(1000000000,)) cannot run",
+                                      "evaluation program holds an array of"]),
+    (["--taus", "1000000"], ["its tau = 1000000 evaluation program holds an array of"]),
+    (["--taus", "100000000"], [
+        "tau 100000000 (--taus) is too large for classification_2d/90: its N = 1000 test "
+        "samples of tau + 1 inputs each are counted in int32, so tau must be at most 2147482"]),
+])
+def test_sizes_beyond_memory_or_int32_are_refused_before_any_store(tmp_path, capsys, no_work,
+                                                                  monkeypatch, argv, fragments):
+    """Programs are traced (not run) before any work: an array larger than the machine's
+    memory, or more test inputs than int32 counts, is one line instead of failed rows."""
+    monkeypatch.setattr(memory, "total_bytes", lambda: (64 * 2**30, "memory"))
+    db = tmp_path / "new.db"
+    assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *argv]) == 2
+    _one_error_line(capsys, *fragments)
+    assert not db.exists()

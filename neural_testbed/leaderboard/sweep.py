@@ -20,16 +20,18 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from neural_testbed import base
+from neural_testbed import base, memory
 from neural_testbed.agents import registry, validation
 from neural_testbed.leaderboard import config_batches, executors, runner
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.likelihood import kl, regression
 
-__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_agent_on_problems", "check_options",
-           "parse_shard", "plan_units", "run_agent", "run_sweep", "usable_cores"]
+__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_agent_on_problems", "check_memory",
+           "check_options", "parse_shard", "plan_units", "run_agent", "run_sweep",
+           "usable_cores"]
 
 MAX_AGENT_SEED = 2**32 - 1  # the seed is folded into keys as a uint32
+MAX_INT32 = 2**31 - 1
 # Local worker processes per usable core: a worker also waits (compiling, in Python), so
 # two per core can still help; beyond that each adds a JAX runtime's memory and no speed.
 MAX_WORKERS_PER_CORE = 2
@@ -131,6 +133,49 @@ def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
                 spec.check_target(config, target)
     if "regression" in targets:
         regression.choose_estimator(100, estimator)
+    for problem in problems:  # N test samples of tau + 1 inputs are counted in int32
+        most = MAX_INT32 // problem.num_test - 1
+        if max(problem.taus) > most:
+            raise ValueError(f"tau {max(problem.taus)} (--taus) is too large for "
+                             f"{problem.problem_id}: its N = {problem.num_test} test samples "
+                             f"of tau + 1 inputs each are counted in int32, so tau must be at "
+                             f"most {most}")
+
+
+def check_memory(agent_name: str, configs: Sequence[Any], problems: Sequence[base.Problem],
+                 estimator: str = "auto", agent_seed: int = 0) -> None:
+    """Refuses, before any work, a config whose programs hold an array larger than this
+    machine's memory (``memory.total_bytes``) on one problem alone: ``batch_size=10**9``
+    or ``hidden=(10**9,)`` used to fail only after the store was made, as failed rows.
+
+    Each group of configs that share program shapes is traced (not compiled or run) at
+    the problem with the most training inputs and the one with the most test inputs:
+    the largest array of a program is a lower bound of its memory, so a refusal is
+    certain. A program that cannot be traced fails in its unit, with its own error in
+    the rows, and is not checked here.
+    """
+    spec = registry.get_agent(agent_name)
+    total, what = memory.total_bytes()
+    largest_train = max(problems, key=lambda p: p.num_train * p.input_dim)
+    largest_test = max(problems, key=lambda p: p.num_test * max(p.taus) * p.input_dim)
+    for config_batch in config_batches.batch_configs(configs, len(configs) or 1):
+        config = config_batch[0]
+        for problem in dict.fromkeys((largest_train, largest_test)):
+            try:
+                batch_runner = runner.BatchRunner(spec.make(config), agent_name, config,
+                                                  problem, estimator, agent_seed)
+                size, program = batch_runner.largest_array(problem)
+            except Exception:  # the unit records the same error in its rows
+                continue
+            if size > total:
+                changed = ", ".join(
+                    f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
+                    if getattr(config, f.name) != getattr(spec.default, f.name)) or "default"
+                raise ValueError(f"agent {agent_name} ({changed}) cannot run "
+                                 f"{problem.problem_id}: its {program} program holds an array "
+                                 f"of {size / 2**30:.4g} GiB for that problem alone, more than "
+                                 f"the {total / 2**30:.4g} GiB of {what} here; use smaller "
+                                 "sizes (batch_size, widths, --taus)")
 
 
 def plan_units(
