@@ -32,6 +32,15 @@ from neural_testbed.likelihood import kl
 __all__ = ["main"]
 
 
+class _Given(argparse.Action):
+    """Stores the value and notes that the option was given, so that a default is told
+    apart from the same value asked for (``--sweep`` beside ``--dataset``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="neural-testbed",
@@ -46,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"results store, an SQLite file (default: ./{store_lib.DEFAULT_DB})")
     sweep_choice = argparse.ArgumentParser(add_help=False)
     sweep_choice.add_argument(
-        "--sweep", default="quick", choices=list(problems_lib.SWEEPS),
+        "--sweep", default="quick", choices=list(problems_lib.SWEEPS), action=_Given,
         help="problem sweep: 'quick' (18 problems, about a minute for mlp), 'paper' (the "
              "paper's 210 problems), 'smoke' (4 problems, for checks), 'real' (170 problems "
              "on scikit-learn's iris, wine, breast cancer and 8x8 digits; needs the 'real' "
@@ -127,7 +136,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Train an agent once per problem of a sweep, evaluate d_KL at each tau "
                     "(1 and 100), store every row, and print a table and an aggregate line. "
                     "Results already in the store are reused.")
-    run.add_argument("--output", metavar="CSV", help="also write this run's rows to a CSV file")
+    run.add_argument("--output", metavar="CSV",
+                     help=f"also write this run's rows to a CSV file ({_SPREADSHEET_NOTE})")
 
     sweep = commands.add_parser(
         "sweep", parents=[common, db, sweep_choice, compute, scale],
@@ -406,7 +416,8 @@ def _parser() -> argparse.ArgumentParser:
                                              "predictives kept for `xll` are binary and are "
                                              "not exported; `merge` carries them), or with "
                                              "--table studies the results of `tal` and "
-                                             "`probe`, one value per line.")
+                                             "`probe`, one value per line. For spreadsheets, "
+                                             f"{_SPREADSHEET_NOTE}.")
     export.add_argument("-o", "--output", required=True, metavar="CSV", help="the CSV file")
     export.add_argument("--table", default="rows", choices=["rows", "studies"],
                         help="rows (default): one line per stored row; studies: one line per "
@@ -464,8 +475,11 @@ def _cmd_agents() -> int:
 
 def _sweep_problems(args) -> Mapping[str, Any]:
     """The problems the command works on: ``--dataset FILE``'s, else ``--sweep``'s."""
-    taus = _parse_taus(args.taus) if getattr(args, "taus", None) else None  # before any work
+    taus = _parse_taus(args.taus) if getattr(args, "taus", None) is not None else None
     if args.dataset:
+        if getattr(args, "sweep_given", False):  # one of the two would be ignored
+            raise ValueError(f"--sweep {args.sweep} and --dataset {args.dataset} both name the "
+                             "problems; give one of them")
         args.sweep = pathlib.Path(args.dataset).name  # for messages
         problems = generative.file_problems(args.dataset, args.label_column)
     elif args.label_column:
@@ -526,6 +540,7 @@ def _compute(args, configs: Sequence[Any], announce: str,
                             units_at_once=1 if units_at_once is None else units_at_once,
                             address=args.address)
     sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator, configs)
+    sweep_lib.check_memory(args.agent, configs, problems, args.estimator, args.seed)
     if units_at_once is None:  # not asked: both cores of a CPU, one unit in worker processes
         units_at_once = args.units_at_once = (
             executors.default_units_at_once()
@@ -568,31 +583,38 @@ def _number(value, spec: str) -> str:
 
 
 def _problem_table(rows: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> str:
+    """One line per problem; each column as wide as its widest value (T = 10^6 is 7
+    digits) plus a space, and at least as wide as it is for the paper's problems."""
     by_problem: dict[str, dict[int, Mapping[str, Any]]] = {}
     for row in rows:
         by_problem.setdefault(row["problem_id"], {})[row["tau"]] = row
     metric = rows[0]["metric"] if rows else "kl"
     regression = bool(rows) and rows[0]["num_classes"] == 1
-    header = f"{'problem_id':<24}{'noise' if regression else 'temp':>6}{'T':>6}{'seed':>5}"
-    header += "".join(f"{f'{metric}(tau={tau}) ± se':>24}" for tau in taus)
-    lines = [header + f"{'acc':>7}{'ece':>7}{'secs':>7}"]
+    table = [["problem_id", "noise" if regression else "temp", "T", "seed",
+              *(f"{metric}(tau={tau}) ± se" for tau in taus), "acc", "ece", "secs"]]
     for pid, by_tau in by_problem.items():
         first = next(iter(by_tau.values()))
-        line = f"{pid:<24}{first['temperature']:>6g}{first['num_train']:>6}{first['seed']:>5}"
+        line = [pid, f"{first['temperature']:g}", str(first["num_train"]), str(first["seed"])]
         for tau in taus:
             r = by_tau.get(tau)
             ok = r is not None and r["status"] == "ok"
             cell = "{:.4f} ± {:.4f}".format(r["kl"], r["kl_stderr"]) if ok else "failed"
             if ok and r["num_clipped"]:
                 cell += f" !{r['num_clipped']}"  # infinite terms clipped
-            line += f"{cell:>24}"
+            line.append(cell)
         marginal = by_tau.get(taus[0])
         if marginal is not None and all(r["status"] == "ok" for r in by_tau.values()):
             secs = marginal["train_seconds"] + sum(r["eval_seconds"] for r in by_tau.values())
-            line += (f"{_number(marginal['accuracy'], '.3f'):>7}"
-                     f"{_number(marginal['ece'], '.3f'):>7}{secs:>7.2f}")
-        lines.append(line)
-    return "\n".join(lines)
+            line += [_number(marginal["accuracy"], ".3f"), _number(marginal["ece"], ".3f"),
+                     f"{secs:.2f}"]
+        table.append(line)
+    least = [24, 6, 6, 5, *([24] * len(taus)), 7, 7, 7]
+    widths = [max(least[i], 1 + max(len(line[i]) for line in table if i < len(line)))
+              for i in range(len(least))]
+    return "\n".join(
+        "".join(cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i])
+                for i, cell in enumerate(line)).rstrip()
+        for line in table)
 
 
 def _aggregate_line(rows: Sequence[Mapping[str, Any]], problems) -> str:
@@ -636,7 +658,7 @@ def _cmd_run(args) -> int:
     with store_lib.ResultsStore(args.db, create=False) as store:
         rows = _rows_of_run(store, args.agent, [config], problems, args.estimator, args.seed)
         if args.output:
-            store.to_csv(args.output, rows)
+            store.to_csv(args.output, [_spreadsheet_safe(r) for r in rows])
     taus = sorted({t for p in problems for t in p.taus})
     print(_problem_table(rows, taus))
     print(_aggregate_line(rows, problems))
@@ -1247,13 +1269,26 @@ def _cmd_merge(args) -> int:
     return 0
 
 
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_SPREADSHEET_NOTE = ("a text cell that a spreadsheet would run as a formula (one starting with "
+                     "=, +, -, @, a tab or a carriage return, e.g. an agent's name) is written "
+                     "with a leading single quote")
+
+
+def _spreadsheet_safe(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` with each text value that a spreadsheet would run as a formula given a
+    leading single quote: OWASP's defence against CSV injection (numbers are not text)."""
+    return {key: "'" + value if isinstance(value, str) and value.startswith(_FORMULA_STARTS)
+            else value for key, value in record.items()}
+
+
 def _cmd_export(args) -> int:
     _check_output_file(args.output, "-o")
     with store_lib.ResultsStore(args.db, create=False) as store:
         if args.table == "rows":
-            count = store.to_csv(args.output)
+            count = store.to_csv(args.output, [_spreadsheet_safe(r) for r in store.rows()])
         else:
-            records = studies.long_records(store.studies())
+            records = [_spreadsheet_safe(r) for r in studies.long_records(store.studies())]
             with outputs.written_whole(args.output, newline="") as f:
                 f.write(scoring.format_records(records, "csv", studies.LONG_COLUMNS)
                         or ",".join(studies.LONG_COLUMNS) + "\n")
@@ -1292,6 +1327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     interpreter shutdown (see :func:`_exit_now`); called with ``argv`` it
     returns 130 instead. A full disk ends it the same way, with status 2.
     """
+    if sys.stdout is None:  # started with it closed (`>&-`): a file opened later would get
+        if sys.stderr is not None:  # its descriptor and receive the output
+            print("neural-testbed: error: standard output is closed; redirect it to a file "
+                  "or /dev/null instead", file=sys.stderr)
+        return 2
     command = None
     try:
         args = _parser().parse_args(argv)

@@ -5,14 +5,16 @@ import csv
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from neural_testbed import agents, cli, diagnostics, leaderboard
+from neural_testbed import agents, cli, diagnostics, leaderboard, memory
 from neural_testbed.leaderboard import runner
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard import sweep as sweep_lib
@@ -384,6 +386,15 @@ def test_import_of_a_file_named_like_an_installed_module_is_refused(tmp_path, ca
     _one_error_line(capsys, "the module 'json'", "rename the file")
 
 
+def test_a_module_that_exits_while_imported_is_one_line_not_a_silent_exit(tmp_path, capsys):
+    quitter = tmp_path / "quitter_mod.py"
+    quitter.write_text("import sys\nsys.exit(7)\n")
+    assert cli.main(["agents", "--import", str(quitter)]) == 2
+    _one_error_line(capsys, f"--import {quitter}: the module exited with status 7 while "
+                            "being imported")
+    assert "quitter_mod" not in sys.modules
+
+
 @pytest.mark.slow  # every diagnostic at four taus, and its figures
 def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsys,
                                                                  monkeypatch):
@@ -455,4 +466,108 @@ def test_bad_units_at_once_is_one_line_before_any_store(tmp_path, capsys, extra,
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--taus", ""], ["--taus '': expected integers >= 1"]),
+    (["--set", "hidden=10", "hidden=20"], ["--set hidden is given twice ('hidden=10' and "
+                                           "'hidden=20'); give each hyperparameter once"]),
+    (["--set", "num_steps=1000000000000"], ["num_steps must be an integer that fits int32"]),
+    (["--set", f"num_steps={2**31}"], ["num_steps must be an integer that fits int32"]),
+    (["--set", "learning_rate=1e-320"], ["learning_rate must be a number float32 holds"]),
+    (["--workers", "1000"], ["workers (--workers) must be at most 4 (2 per core; this "
+                             "process may use 2)", "got 1000"]),
+])
+def test_settings_that_cannot_work_or_would_be_ignored_are_one_line_before_any_store(
+        tmp_path, capsys, no_work, monkeypatch, argv, fragments):
+    monkeypatch.setattr(sweep_lib, "usable_cores", lambda: 2)
+    db = tmp_path / "new.db"
+    assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *argv]) == 2
+    _one_error_line(capsys, *fragments)
+    assert not db.exists()
+
+
+def test_sweep_beside_dataset_is_refused_and_the_default_sweep_is_not(tmp_path, capsys,
+                                                                      no_work):
+    data = tmp_path / "d.npz"
+    rng = np.random.default_rng(0)
+    np.savez(data, x_train=rng.normal(size=(20, 2)), y_train=np.arange(20) % 2,
+             x_test=rng.normal(size=(10, 2)), y_test=np.arange(10) % 2)
+    assert cli.main(["problems", "--dataset", str(data), "--sweep", "quick"]) == 2
+    _one_error_line(capsys, f"--sweep quick and --dataset {data} both name the problems; "
+                            "give one of them")
+    assert cli.main(["problems", "--dataset", str(data)]) == 0
+    assert "d.npz/0" in capsys.readouterr().out
+
+
+def test_problem_table_columns_fit_a_million_training_pairs():
+    row = runner.result_row("mlp", "h", "{}", next(iter(leaderboard.get_sweep("smoke").values())),
+                            1, "auto", 0, kl=0.5, kl_stderr=0.01, num_clipped=0, accuracy=0.9,
+                            ece=0.05, train_seconds=12345.0, compile_seconds=0.1,
+                            eval_seconds=0.5).as_dict()
+    row.update(problem_id="a_long_problem_id_of_my_data/1234567", num_train=12_345_678,
+               seed=1_000_000, temperature=0.123456)
+    header, line = cli._problem_table([row], [1]).splitlines()
+    assert line.split() == ["a_long_problem_id_of_my_data/1234567", "0.123456", "12345678",
+                            "1000000", "0.5000", "±", "0.0100", "0.900", "0.050", "12345.50"]
+    assert header.split() == ["problem_id", "temp", "T", "seed", "kl(tau=1)", "±", "se", "acc",
+                              "ece", "secs"]
+    for name in ("T", "seed", "secs"):  # right-aligned above their values
+        assert header.index(f" {name}") + len(name) + 1 in {
+            m.end() for m in re.finditer(r"\S+", line)}, name
+
+
+def test_export_neutralises_formula_like_text_for_spreadsheets(tmp_path, capsys):
+    db, out = tmp_path / "r.db", tmp_path / "rows.csv"
+    with leaderboard.ResultsStore(db) as s:
+        for name in ("=HYPERLINK(\"x\")", "+1", "-1", "@SUM(A1)", "\tx", "\rx", "plain"):
+            s.write(_rows(name, GhostConfig(), 0.2)[:1])
+    assert cli.main(["export", "--db", str(db), "-o", str(out)]) == 0
+    with open(out, newline="") as f:
+        names = sorted(r["agent"] for r in csv.DictReader(f))
+    assert names == sorted(["'=HYPERLINK(\"x\")", "'+1", "'-1", "'@SUM(A1)", "'\tx", "'\rx",
+                            "plain"])
+    with pytest.raises(SystemExit):
+        cli.main(["export", "--help"])
+    assert "is written with a leading single quote" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_closed_standard_output_is_one_line_and_status_2(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", None)  # as Python starts with `>&-`
+    assert cli.main(["problems", "--sweep", "smoke"]) == 2
+    _one_error_line(capsys, "standard output is closed; redirect it to a file or /dev/null")
+
+
+@pytest.mark.parametrize("agent", ["random_forest", "knn"])
+def test_plot_draws_figure_5_for_a_host_agent(store, tmp_path, capsys, agent):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("sklearn")
+    out = tmp_path / "figs"
+    assert cli.main(["plot", "--agent", agent, "--out", str(out), "--sweep", "smoke",
+                     "--db", str(store)]) == 0
+    assert (out / "figure5.png").stat().st_size > 0
+    assert f"wrote {out / 'figure5.png'}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--set", "batch_size=1000000000"], [
+        "agent mlp (batch_size=1000000000) cannot run classification_2d/110: its training "
+        "program holds an array of 186.3 GiB for that problem alone, more than the 64 GiB of "
+        "memory here"]),
+    (["--set", "hidden=1000000000"], ["agent mlp (hidden=(1000000000,)) cannot run",
+                                      "evaluation program holds an array of"]),
+    (["--taus", "1000000"], ["its tau = 1000000 evaluation program holds an array of"]),
+    (["--taus", "100000000"], [
+        "tau 100000000 (--taus) is too large for classification_2d/90: its N = 1000 test "
+        "samples of tau + 1 inputs each are counted in int32, so tau must be at most 2147482"]),
+])
+def test_sizes_beyond_memory_or_int32_are_refused_before_any_store(tmp_path, capsys, no_work,
+                                                                  monkeypatch, argv, fragments):
+    """Programs are traced (not run) before any work: an array larger than the machine's
+    memory, or more test inputs than int32 counts, is one line instead of failed rows."""
+    monkeypatch.setattr(memory, "total_bytes", lambda: (64 * 2**30, "memory"))
+    db = tmp_path / "new.db"
+    assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *argv]) == 2
+    _one_error_line(capsys, *fragments)
     assert not db.exists()

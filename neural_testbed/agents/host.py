@@ -8,11 +8,18 @@ int32 handle; the ENN's ``apply`` is a ``jax.pure_callback`` that, under the
 evaluator's ``vmap`` over belief samples and test samples, receives a whole
 chunk of networks and calls the agent's ``sample`` once for all of them (never
 once per network or per test sample).
+
+An error in the agent's ``sample`` (or logits of the wrong shape, or complex ones)
+is raised inside XLA, which wraps it in a runtime error whose message holds a
+traceback, and JAX logs another: it is raised as a :class:`HostAgentError`, which
+the table keeps (:meth:`HostStates.take_failure`) for the runner to raise in its
+place, and whose log records are dropped.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Any
 
 import jax
@@ -21,15 +28,32 @@ import numpy as np
 
 from neural_testbed import base
 
-__all__ = ["HostStates", "host_enn", "host_seed"]
+__all__ = ["HostAgentError", "HostStates", "host_enn", "host_seed"]
+
+
+class HostAgentError(ValueError):
+    """A host agent's ``sample`` failed or returned logits the evaluator cannot use."""
+
+
+class _DropHostAgentErrors(logging.Filter):
+    """Drops JAX's logged traceback of a :class:`HostAgentError`: the runner reports
+    the error in one line (a failed row)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], HostAgentError))
+
+
+logging.getLogger("jax._src.callback").addFilter(_DropHostAgentErrors())  # pure_callback's
 
 
 class HostStates:
-    """Trained host states by handle, for the duration of a batch of problems."""
+    """Trained host states by handle, for the duration of a batch of problems, and the
+    first error of their agent's ``sample``."""
 
     def __init__(self):
         self._states: dict[int, Any] = {}
         self._next = itertools.count()
+        self._failure: HostAgentError | None = None
 
     def put(self, state: Any) -> int:
         handle = next(self._next)
@@ -41,6 +65,18 @@ class HostStates:
 
     def clear(self) -> None:
         self._states.clear()
+        self._failure = None
+
+    def fail(self, message: str) -> HostAgentError:
+        """A :class:`HostAgentError` of ``message``, kept unless an earlier one is."""
+        error = HostAgentError(message)
+        self._failure = self._failure or error
+        return error
+
+    def take_failure(self) -> HostAgentError | None:
+        """The error kept since the last call (None if there was none), forgotten."""
+        failure, self._failure = self._failure, None
+        return failure
 
 
 def host_seed(key: jax.Array) -> int:
@@ -63,11 +99,21 @@ def host_enn(agent: base.HostAgent, states: HostStates, num_classes: int) -> bas
         networks = int(np.prod(batch, dtype=np.int64))
         inputs = np.broadcast_to(x, batch + x.shape[-2:]).reshape(networks, *x.shape[-2:])
         indices = np.broadcast_to(index, batch).reshape(networks)
-        logits = np.asarray(agent.sample(states.get(int(np.ravel(handle)[0])), inputs, indices))
+        try:
+            logits = np.asarray(agent.sample(states.get(int(np.ravel(handle)[0])), inputs,
+                                             indices))
+        except Exception as error:  # the agent's own code may raise anything
+            raise states.fail(f"host agent's sample raised {type(error).__name__}: "
+                              f"{error}") from None
         expected = (networks, x.shape[-2], num_classes)
         if logits.shape != expected:
-            raise ValueError(f"host agent's sample returned logits of shape {logits.shape} for "
-                             f"{networks} networks on {x.shape[-2]} inputs; expected {expected}")
+            raise states.fail(f"host agent's sample returned logits of shape {logits.shape} "
+                              f"for {networks} networks on {x.shape[-2]} inputs; expected "
+                              f"{expected}")
+        if not np.issubdtype(logits.dtype, np.integer) and not np.issubdtype(logits.dtype,
+                                                                              np.floating):
+            raise states.fail(f"host agent's sample returned logits of dtype {logits.dtype}; "
+                              "logits must be real numbers")
         return logits.reshape(batch + logits.shape[1:]).astype(np.float32)
 
     def apply(handle, x, index):

@@ -41,7 +41,7 @@ def import_agent_module(name: str) -> ModuleType:
     not be the name of a module that is installed or already imported.
 
     Raises:
-      ValueError: if it cannot be found or fails to import.
+      ValueError: if it cannot be found, fails to import, or calls ``sys.exit``.
     """
     try:
         if name.endswith(".py") or os.sep in name or (os.altsep and os.altsep in name):
@@ -55,6 +55,9 @@ def import_agent_module(name: str) -> ModuleType:
         raise
     except Exception as error:  # the user's module raised while importing
         raise ValueError(f"--import {name}: importing it raised {type(error).__name__}: {error}") from None
+    except SystemExit as error:  # not the command's own exit: it would end with no message
+        raise ValueError(f"--import {name}: the module exited with status {error.code!r} "
+                         "while being imported") from None
 
 
 def _find_spec(name: str):

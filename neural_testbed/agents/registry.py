@@ -1,13 +1,16 @@
 """The agent registry: leaderboard name -> (config type, default, sweep, constructor).
 
-Built-in agents sit in one explicit dict; :data:`AGENTS` is a read-only view of
-it. A user adds an agent with :func:`register`, which refuses to overwrite a
-name, and may take it away again with :func:`unregister` (tests register their
+Built-in agents sit in a read-only mapping and users' agents in a dict of their
+own that only :func:`register` and :func:`unregister` write; :data:`AGENTS` is a
+read-only view of both, built-ins first, so not even a module that writes the
+private dict can replace a built-in agent. :func:`register` refuses to overwrite
+a name; :func:`unregister` takes a user's agent away again (tests register their
 agents for their own duration only); built-in agents cannot be removed.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import types
 import typing
@@ -98,7 +101,7 @@ class AgentSpec:
         return tuple(self.other_sweeps[sweep]())
 
 
-_REGISTRY: dict[str, AgentSpec] = {
+_BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
     "mlp": AgentSpec(
         config_type=mlp.MLPConfig,
         default=mlp.MLPConfig(),
@@ -217,10 +220,9 @@ _REGISTRY: dict[str, AgentSpec] = {
         description="regression only: conditional neural process meta-trained on the GP prior",
         targets=("regression",),
     ),
-}
-
-AGENTS: Mapping[str, AgentSpec] = types.MappingProxyType(_REGISTRY)
-_BUILT_IN = frozenset(_REGISTRY)
+})
+_USER: dict[str, AgentSpec] = {}  # written by register() and unregister() only
+AGENTS: Mapping[str, AgentSpec] = types.MappingProxyType(collections.ChainMap(_BUILT_IN, _USER))
 
 
 def register(name: str, spec: AgentSpec) -> None:
@@ -229,9 +231,9 @@ def register(name: str, spec: AgentSpec) -> None:
         raise TypeError(f"spec must be an AgentSpec, got {type(spec).__name__}")
     if not name or not isinstance(name, str):
         raise ValueError(f"agent name must be a non-empty string, got {name!r}")
-    if name in _REGISTRY:
+    if name in AGENTS:
         raise ValueError(f"an agent named {name!r} is already registered")
-    _REGISTRY[name] = spec
+    _USER[name] = spec
 
 
 def unregister(name: str) -> AgentSpec:
@@ -243,7 +245,7 @@ def unregister(name: str) -> AgentSpec:
     if name in _BUILT_IN:
         raise ValueError(f"{name!r} is a built-in agent and cannot be unregistered")
     try:
-        return _REGISTRY.pop(name)
+        return _USER.pop(name)
     except KeyError:
         raise ValueError(f"no agent named {name!r} is registered") from None
 
@@ -251,10 +253,10 @@ def unregister(name: str) -> AgentSpec:
 def get_agent(name: str) -> AgentSpec:
     """The spec registered under ``name``, with a clear error for an unknown one."""
     try:
-        return _REGISTRY[name]
+        return AGENTS[name]
     except KeyError:
         raise ValueError(
-            f"unknown agent {name!r}; registered agents: {', '.join(sorted(_REGISTRY))}"
+            f"unknown agent {name!r}; registered agents: {', '.join(sorted(AGENTS))}"
         ) from None
 
 
@@ -308,12 +310,12 @@ def parse_overrides(spec: AgentSpec, overrides: Sequence[str]) -> Any:
     """Applies ``key=value`` strings to the spec's default config.
 
     Raises:
-      ValueError: naming the bad key (and the known ones) or the bad value
-        (and what type is expected).
+      ValueError: naming the bad key (and the known ones), a key given twice, or
+        the bad value (and what type is expected).
     """
     hints = typing.get_type_hints(spec.config_type)
     fields = {f.name for f in dataclasses.fields(spec.config_type)}
-    changes = {}
+    changes, given = {}, {}
     for item in overrides:
         key, sep, value = item.partition("=")
         key = key.strip()
@@ -324,5 +326,9 @@ def parse_overrides(spec: AgentSpec, overrides: Sequence[str]) -> Any:
                 f"--set {key}: unknown hyperparameter for {spec.config_type.__name__}; "
                 f"known: {', '.join(sorted(fields))}"
             )
+        if key in given:  # one of the two would be dropped without a word
+            raise ValueError(f"--set {key} is given twice ({given[key]!r} and {item!r}); "
+                             "give each hyperparameter once")
+        given[key] = item
         changes[key] = _parse_value(key, value.strip(), hints[key])
     return dataclasses.replace(spec.default, **changes)

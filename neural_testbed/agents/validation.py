@@ -9,8 +9,14 @@ calls it on user agents' configs too.
 
 The rules, by annotation:
 
-- ``int``: an integer, not a bool.
-- ``float``: a finite real number (an integer is accepted), not a bool.
+- ``int``: an integer, not a bool, that fits int32: JAX's integers (64-bit
+  ones are off), so a larger count overflows inside jit. A field named
+  ``num_steps`` or ending in ``_steps`` is a loop's length: at most
+  :data:`MAX_STEPS`.
+- ``float``: a finite real number (an integer is accepted), not a bool, that
+  float32 holds: 0, or a magnitude from float32's smallest normal number to
+  its largest, since a program computes in float32 and would turn ``1e-320``
+  into 0 and ``1e39`` into inf.
 - ``bool``: ``True`` or ``False``.
 - ``str``: a string; ``Literal[...]``: one of the listed values.
 - ``tuple[T, ...]`` / ``tuple[T1, T2]``: a tuple whose items obey ``T``.
@@ -29,8 +35,18 @@ import typing
 from typing import Any
 
 import jax
+import numpy as np
 
-__all__ = ["check_fields", "is_traced"]
+__all__ = ["MAX_STEPS", "check_fields", "is_traced"]
+
+# The longest training loop a config may ask for: 200 times sgmcmc's 500,000 steps, the
+# longest of any built-in sweep. A loop keeps a key and a loss per step (12 bytes), and
+# at a few microseconds a step it already runs for minutes per problem.
+MAX_STEPS = 10**8
+_INT32 = np.iinfo(np.int32)
+# As Python floats: comparing 1e39 with NumPy's float32 maximum warns of an overflow.
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_fields(config: Any) -> None:
@@ -54,6 +70,12 @@ def check_fields(config: Any) -> None:
         allowed = _allowed(value, annotation)
         if allowed is not None:
             raise ValueError(f"{field.name} must be {allowed}, got {value!r}")
+        if annotation is int and _is_steps(field.name) and value > MAX_STEPS:
+            raise ValueError(f"{field.name} must be at most {MAX_STEPS} steps, got {value!r}")
+
+
+def _is_steps(name: str) -> bool:
+    return name == "num_steps" or name.endswith("_steps")
 
 
 def is_traced(value: Any) -> bool:
@@ -77,11 +99,18 @@ def _allowed(value: Any, annotation: Any) -> str | None:
     if annotation is bool:
         return None if _is_bool(value) else "true or false"
     if annotation is int:
-        return None if _is_int(value) else "an integer"
+        if not _is_int(value):
+            return "an integer"
+        return (None if _INT32.min <= value <= _INT32.max
+                else f"an integer that fits int32 ({_INT32.min} to {_INT32.max})")
     if annotation is float:
-        ok = (isinstance(value, numbers.Real) and not _is_bool(value)
-              and math.isfinite(float(value)))
-        return None if ok else "a finite number"
+        if not (isinstance(value, numbers.Real) and not _is_bool(value)
+                and math.isfinite(float(value))):
+            return "a finite number"
+        size = abs(float(value))
+        return (None if size == 0 or _FLOAT32_TINY <= size <= _FLOAT32_MAX
+                else f"a number float32 holds (0, or of magnitude {_FLOAT32_TINY:.4g} to "
+                     f"{_FLOAT32_MAX:.4g})")
     if annotation is str:
         return None if isinstance(value, str) else "a string"
     if origin is typing.Literal:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_testbed import base, generative, outputs
-from neural_testbed.agents import registry
+from neural_testbed.agents import host, registry
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
@@ -550,9 +550,22 @@ def figure_prior_functions(
     return save_figure(figure, path)
 
 
+def _trained(agent: base.Agent | base.HostAgent, key: jax.Array, data: base.Data, prior,
+             num_classes: int) -> tuple[base.ENN, Any]:
+    """The agent's ENN and its state trained on ``data``, as the runner trains it: a JAX
+    agent under jit; a host agent (scikit-learn's random forest, ...) on the host, its
+    state kept in a table that the ENN's callback reads by handle."""
+    if not isinstance(agent, base.HostAgent):
+        return agent.enn, jax.jit(agent.train)(key, data, prior)
+    states = host.HostStates()
+    prior = prior.replace(temperature=float(prior.temperature))
+    handle = states.put(agent.train(host.host_seed(key), jax.device_get(data), prior))
+    return host.host_enn(agent, states, num_classes), np.int32(handle)
+
+
 def figure_agent_samples(
     key: jax.Array,
-    agent: base.Agent,
+    agent: base.Agent | base.HostAgent,
     problem: problems_lib.Problem,
     path: str | os.PathLike,
     num_members: int = 4,
@@ -567,7 +580,8 @@ def figure_agent_samples(
 
     Args:
       key: draws the members' indices.
-      agent: the agent, e.g. ``agents.get_agent("mlp").make(config)``.
+      agent: the agent, e.g. ``agents.get_agent("mlp").make(config)``; a host agent
+        (``random_forest``, ``knn``) too.
       problem: a problem with ``input_dim == 2``.
       path: the PNG file to write.
       num_members: how many sampled members to draw.
@@ -587,7 +601,7 @@ def figure_agent_samples(
                          f"and {grid_size}")
     data, prior, env = problem.instance()
     agent_key = jax.random.fold_in(base.problem_keys(problem.key_seed).agent, 0)
-    state = jax.jit(agent.train)(agent_key, data, prior)
+    enn, state = _trained(agent, agent_key, data, prior, problem.num_classes)
     axis = np.linspace(-_GRID_LIMIT, _GRID_LIMIT, grid_size)
     grid_x, grid_y = np.meshgrid(axis, axis)
     inputs = jnp.asarray(np.stack([grid_x.ravel(), grid_y.ravel()], axis=-1), jnp.float32)
@@ -597,8 +611,8 @@ def figure_agent_samples(
 
     maps = [("environment", class_1(generative.environment_logits(env, inputs)))]
     for i, member_key in enumerate(jax.random.split(key, num_members)):
-        index = agent.enn.sample_index(member_key)
-        maps.append((f"sampled member {i + 1}", class_1(agent.enn.apply(state, inputs, index))))
+        index = enn.sample_index(member_key)
+        maps.append((f"sampled member {i + 1}", class_1(enn.apply(state, inputs, index))))
 
     figure = new_figure((_PANEL_FIGURE_5 * len(maps) + 1, 4))
     axes = figure.subplots(1, len(maps), sharey=True)

@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.extend.core
 import numpy as np
 
 from neural_testbed import base, diagnostics
@@ -203,6 +205,30 @@ class BatchRunner:
                 cache[cache_key] = _cache_entry(traced, program)
             return time.perf_counter() - start
 
+    def largest_array(self, problem: base.Problem) -> tuple[int, str]:
+        """Bytes of the largest array in the programs of ``problem`` alone (of this runner's
+        shape), and which program holds it: traced, not compiled or run. Every program
+        needs at least that much memory."""
+        key_seeds = np.array([problem.key_seed], np.uint32)
+        args = _stack([problem.build_args()])
+        with jax.default_matmul_precision(MATMUL_PRECISION):
+            build = jax.jit(_build_program(self.template)).trace(key_seeds, args)
+            instances, agent_keys, test_keys = build.out_info
+            sizes = {"build": _largest_array(build.jaxpr.jaxpr)}
+            if self._host_agent is None:
+                train = jax.jit(self._programs["train"]).trace(
+                    agent_keys, instances, np.array([problem.num_train], np.int32),
+                    *self._values)
+                sizes["training"], states = _largest_array(train.jaxpr.jaxpr), train.out_info
+            else:  # trained on the host; its states are handles
+                states = jax.ShapeDtypeStruct((1,), np.int32)
+            for tau, estimator in self.evaluations:
+                evaluate = jax.jit(self._programs[f"evaluate{tau}/{estimator}"]).trace(
+                    test_keys, states, instances.env, *self._values)
+                sizes[f"tau = {tau} evaluation"] = _largest_array(evaluate.jaxpr.jaxpr)
+        name = max(sizes, key=sizes.get)
+        return sizes[name], name
+
     def _rows(self, batch: Sequence[base.Problem], num_real: int) -> list[base.ProblemResult]:
         key_seeds = np.array([p.key_seed for p in batch], np.uint32)
         args = _stack([p.build_args() for p in batch])
@@ -225,6 +251,11 @@ class BatchRunner:
                     f"evaluate{tau}/{estimator}", test_keys, states, instances.env, *self._values)
                 compile_seconds += eval_compile
                 evaluations[tau, estimator] = jax.device_get(ev), eval_run
+        except Exception:
+            failure = self._host_agent is not None and self._host_states.take_failure()
+            if failure:  # the agent's error in one line, not XLA's wrapping of it
+                raise failure from None
+            raise
         finally:
             if self._host_agent is not None:
                 self._host_states.clear()
@@ -304,6 +335,24 @@ def _record(evaluation_diagnostics, i: int) -> dict:
     if isinstance(evaluation_diagnostics, diagnostics.RegressionDiagnostics):
         return diagnostics.as_regression_record(evaluation_diagnostics, i)
     return diagnostics.as_record(evaluation_diagnostics, i)
+
+
+def _largest_array(jaxpr) -> int:
+    """Bytes of the largest value a jaxpr (or any jaxpr inside it: a loop's body, a
+    branch) takes or makes."""
+    largest = 0
+    for var in (*jaxpr.invars, *(v for eqn in jaxpr.eqns for v in eqn.outvars)):
+        shape, dtype = getattr(var.aval, "shape", None), getattr(var.aval, "dtype", None)
+        if shape is not None and dtype is not None:
+            largest = max(largest, math.prod(shape) * dtype.itemsize)
+    for eqn in jaxpr.eqns:
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(inner, jax.extend.core.ClosedJaxpr):
+                    inner = inner.jaxpr
+                if isinstance(inner, jax.extend.core.Jaxpr):
+                    largest = max(largest, _largest_array(inner))
+    return largest
 
 
 def _build_program(template: base.Problem) -> Callable:

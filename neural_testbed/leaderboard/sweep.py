@@ -13,22 +13,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from neural_testbed import base
+from neural_testbed import base, memory
 from neural_testbed.agents import registry, validation
 from neural_testbed.leaderboard import config_batches, executors, runner
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.likelihood import kl, regression
 
-__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_agent_on_problems", "check_options",
-           "parse_shard", "plan_units", "run_agent", "run_sweep"]
+__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_agent_on_problems", "check_memory",
+           "check_options", "parse_shard", "plan_units", "run_agent", "run_sweep",
+           "usable_cores"]
 
 MAX_AGENT_SEED = 2**32 - 1  # the seed is folded into keys as a uint32
+MAX_INT32 = 2**31 - 1
+# Local worker processes per usable core: a worker also waits (compiling, in Python), so
+# two per core can still help; beyond that each adds a JAX runtime's memory and no speed.
+MAX_WORKERS_PER_CORE = 2
 
 
 @dataclasses.dataclass
@@ -49,6 +55,19 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not 1 <= i <= n:
         raise ValueError(f"--shard {text!r}: need 1 <= i <= n")
     return i, n
+
+
+def usable_cores() -> int:
+    """The cores this process may use: those it is pinned to, and no more than a cgroup v2
+    CPU quota allows (a container limited to 2 CPUs still sees every core of its host)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    return cores if quota == "max" else max(1, min(cores, -(-int(quota) // int(period))))
 
 
 def check_options(
@@ -84,6 +103,12 @@ def check_options(
                          f"got {configs_per_batch!r}")
     if not is_int(workers) or workers < 1:
         raise ValueError(f"workers (--workers) must be an integer >= 1, got {workers!r}")
+    cores = usable_cores()
+    if backend == "local" and workers > MAX_WORKERS_PER_CORE * cores:
+        raise ValueError(f"workers (--workers) must be at most {MAX_WORKERS_PER_CORE * cores} "
+                         f"({MAX_WORKERS_PER_CORE} per core; this process may use {cores}): each "
+                         "worker runs its own JAX runtime and compiles its own programs, so more "
+                         f"only add memory and switching; got {workers}")
     if backend not in executors.BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(executors.BACKENDS)}")
     if backend == "ray" and importlib.util.find_spec("ray") is None:
@@ -115,6 +140,49 @@ def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
                 spec.check_target(config, target)
     if "regression" in targets:
         regression.choose_estimator(100, estimator)
+    for problem in problems:  # N test samples of tau + 1 inputs are counted in int32
+        most = MAX_INT32 // problem.num_test - 1
+        if max(problem.taus) > most:
+            raise ValueError(f"tau {max(problem.taus)} (--taus) is too large for "
+                             f"{problem.problem_id}: its N = {problem.num_test} test samples "
+                             f"of tau + 1 inputs each are counted in int32, so tau must be at "
+                             f"most {most}")
+
+
+def check_memory(agent_name: str, configs: Sequence[Any], problems: Sequence[base.Problem],
+                 estimator: str = "auto", agent_seed: int = 0) -> None:
+    """Refuses, before any work, a config whose programs hold an array larger than this
+    machine's memory (``memory.total_bytes``) on one problem alone: ``batch_size=10**9``
+    or ``hidden=(10**9,)`` used to fail only after the store was made, as failed rows.
+
+    Each group of configs that share program shapes is traced (not compiled or run) at
+    the problem with the most training inputs and the one with the most test inputs:
+    the largest array of a program is a lower bound of its memory, so a refusal is
+    certain. A program that cannot be traced fails in its unit, with its own error in
+    the rows, and is not checked here.
+    """
+    spec = registry.get_agent(agent_name)
+    total, what = memory.total_bytes()
+    largest_train = max(problems, key=lambda p: p.num_train * p.input_dim)
+    largest_test = max(problems, key=lambda p: p.num_test * max(p.taus) * p.input_dim)
+    for config_batch in config_batches.batch_configs(configs, len(configs) or 1):
+        config = config_batch[0]
+        for problem in dict.fromkeys((largest_train, largest_test)):
+            try:
+                batch_runner = runner.BatchRunner(spec.make(config), agent_name, config,
+                                                  problem, estimator, agent_seed)
+                size, program = batch_runner.largest_array(problem)
+            except Exception:  # the unit records the same error in its rows
+                continue
+            if size > total:
+                changed = ", ".join(
+                    f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
+                    if getattr(config, f.name) != getattr(spec.default, f.name)) or "default"
+                raise ValueError(f"agent {agent_name} ({changed}) cannot run "
+                                 f"{problem.problem_id}: its {program} program holds an array "
+                                 f"of {size / 2**30:.4g} GiB for that problem alone, more than "
+                                 f"the {total / 2**30:.4g} GiB of {what} here; use smaller "
+                                 "sizes (batch_size, widths, --taus)")
 
 
 def plan_units(

@@ -209,10 +209,14 @@ def make_evaluator(
         chunk_indices = (members if counted else
                          jax.tree.map(lambda a: a.reshape(num_chunks, chunk, *a.shape[1:]),
                                       members))
-        got = jax.eval_shape(
+        logits = jax.eval_shape(
             member_logits, jnp.zeros((chunk, num_inputs, input_dim)),
-            jax.tree.map(lambda a: a[0], chunk_indices) if not counted else None).shape
+            jax.tree.map(lambda a: a[0], chunk_indices) if not counted else None)
+        got = logits.shape
         expected = (chunk, num_members, num_inputs, num_classes)
+        if jnp.issubdtype(logits.dtype, jnp.complexfloating):  # softmax would drop a part
+            raise ValueError(f"agent returned logits of dtype {logits.dtype}; logits must be "
+                             "real numbers")
         if got != expected:
             raise ValueError(
                 f"agent returned logits of shape {got[2:]} for inputs of shape "

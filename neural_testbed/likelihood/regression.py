@@ -137,6 +137,9 @@ def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_sample
         if f.shape[1:] != (x.shape[0], 1):
             raise ValueError(f"agent returned outputs of shape {f.shape[1:]} for inputs of "
                              f"shape {x.shape}; expected ({x.shape[0]}, 1), one value per input")
+        if jnp.issubdtype(f.dtype, jnp.complexfloating):  # the likelihood would drop a part
+            raise ValueError(f"agent returned outputs of dtype {f.dtype}; outputs must be real "
+                             "numbers")
         return f[..., 0]
 
     def evaluate(key: jax.Array, state: base.State, test: base.TestSamples) -> Evaluation:

@@ -1,9 +1,12 @@
 """Host agents (trained as ordinary Python, sampling NumPy logits) through the runner."""
 
 import dataclasses
+import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from neural_testbed import base, leaderboard
 
@@ -80,12 +83,36 @@ def test_a_host_agent_that_raises_gets_a_failed_row_and_others_run():
     assert status[("classification_2d/110", 100)][0] == "ok"
 
 
-def test_logits_of_the_wrong_shape_are_a_clear_error():
-    def sample(state, x, indices):
-        return np.zeros(x.shape[:2] + (3,))
+@pytest.mark.parametrize("logits, error", [
+    (lambda x: np.zeros(x.shape[:2] + (3,)),
+     "HostAgentError: host agent's sample returned logits of shape (1, 100, 3) for 1 networks "
+     "on 100 inputs; expected (1, 100, 2)"),
+    (lambda x: np.zeros(x.shape[:2] + (2,), np.complex64),
+     "HostAgentError: host agent's sample returned logits of dtype complex64; logits must be "
+     "real numbers"),
+    (lambda x: 1 / 0, "HostAgentError: host agent's sample raised ZeroDivisionError: division "
+                      "by zero"),
+])
+def test_unusable_logits_are_a_one_line_failed_row_and_no_traceback(logits, error, caplog):
+    """The callback's error is the row's, in one line (not XLA's runtime error holding a
+    traceback); no log record carries a traceback; complex logits are not cast to real."""
+    problems = [_small("classification_2d/90"), _small("classification_2d/91")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy's ComplexWarning of a cast to real
+        rows = leaderboard.run_agent(base.HostAgent(lambda s, d, p: None,
+                                                    lambda s, x, i: logits(x), 1),
+                                     problems, "wrong", progress=False)
+    assert [(r.status, r.error) for r in rows] == [("failed", error)] * 4
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert len(caplog.records) == 3  # the batch, then each problem, one line each
 
-    rows = leaderboard.run_agent(base.HostAgent(lambda s, d, p: None, sample, 1),
-                                 [_small("classification_2d/90")], "wrong", progress=False)
-    # The callback's ValueError reaches the row wrapped by JAX's runtime error (whose text
-    # may be cut at 1000 characters), so only the failure itself is certain.
-    assert rows[0].status == "failed" and rows[0].error
+
+def test_complex_logits_of_a_jax_agent_are_a_one_line_failed_row():
+    agent = base.Agent(lambda key, data, prior: jnp.zeros(()), base.ENN(
+        lambda state, x, index: jnp.zeros((x.shape[0], 2), jnp.complex64),
+        lambda key: jnp.zeros((), jnp.int32), 1))
+    rows = leaderboard.run_agent(agent, [_small("classification_2d/90")], "complex",
+                                 progress=False)
+    assert {(r.status, r.error) for r in rows} == {(
+        "failed", "ValueError: agent returned logits of dtype complex64; logits must be real "
+                  "numbers")}

@@ -4,11 +4,9 @@ import importlib.metadata
 import importlib.util
 import pathlib
 import sys
-import types
 
 import pytest
 
-from neural_testbed import agents
 from neural_testbed.agents import plugins, registry
 
 TOY = pathlib.Path(__file__).parents[1] / "leaderboard" / "toy_agent.py"
@@ -18,12 +16,12 @@ TOY = pathlib.Path(__file__).parents[1] / "leaderboard" / "toy_agent.py"
 def fresh_registry(monkeypatch):
     """For one test: a registry of the built-in agents only, and toy_agent not yet imported
     (an imported module is not executed again, so it would not register again)."""
-    fresh = {n: s for n, s in registry._REGISTRY.items() if n in registry._BUILT_IN}
-    monkeypatch.setattr(registry, "_REGISTRY", fresh)
-    monkeypatch.setattr(registry, "AGENTS", types.MappingProxyType(fresh))
-    monkeypatch.setattr(agents, "AGENTS", registry.AGENTS)
+    users = dict(registry._USER)
+    registry._USER.clear()
     saved = sys.modules.pop("toy_agent", None)
     yield
+    registry._USER.clear()
+    registry._USER.update(users)
     sys.modules.pop("toy_agent", None)
     if saved is not None:
         sys.modules["toy_agent"] = saved
@@ -43,7 +41,7 @@ def test_entry_point_registers_its_spec_under_its_name(fresh_registry, monkeypat
 
 def test_import_by_file_path_registers_the_agent(fresh_registry):
     plugins.import_agent_module(str(TOY))
-    assert "toy" in registry._REGISTRY
+    assert "toy" in registry.AGENTS
 
 
 def test_import_errors_are_clear():

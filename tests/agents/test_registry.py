@@ -20,8 +20,16 @@ def test_every_agent_default_is_in_its_type_and_sweep_is_nonempty():
         assert all(isinstance(c, spec.config_type) for c in spec.sweep()), name
 
 
-def test_register_adds_a_user_agent_and_refuses_to_overwrite(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+@pytest.fixture
+def user_agents():
+    """The users' agents as they were before the test, afterwards."""
+    saved = dict(registry._USER)
+    yield
+    registry._USER.clear()
+    registry._USER.update(saved)
+
+
+def test_register_adds_a_user_agent_and_refuses_to_overwrite(user_agents):
     spec = agents.get_agent("mlp")
     agents.register("my_mlp", spec)
     assert registry.get_agent("my_mlp") is spec
@@ -29,17 +37,31 @@ def test_register_adds_a_user_agent_and_refuses_to_overwrite(monkeypatch):
         agents.register("my_mlp", spec)
 
 
-def test_unregister_removes_a_user_agent_but_never_a_built_in(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+def test_unregister_removes_a_user_agent_but_never_a_built_in(user_agents):
     spec = agents.get_agent("mlp")
     agents.register("my_mlp", spec)
     assert agents.unregister("my_mlp") is spec
-    assert "my_mlp" not in registry._REGISTRY
+    assert "my_mlp" not in registry.AGENTS
     with pytest.raises(ValueError, match="no agent named 'my_mlp' is registered"):
         agents.unregister("my_mlp")
     with pytest.raises(ValueError, match="'mlp' is a built-in agent"):
         agents.unregister("mlp")
-    assert "mlp" in registry._REGISTRY
+    assert "mlp" in registry.AGENTS
+
+
+def test_no_private_dict_of_the_registry_can_replace_a_built_in(user_agents):
+    """A module that writes the registry's private dicts (not through register()) still
+    gets the built-in agent back: built-ins sit in a read-only mapping that comes first."""
+    impostor = dataclasses.replace(agents.get_agent("knn"), description="an impostor")
+    private = [value for name, value in vars(registry).items()
+               if name.startswith("_") and isinstance(value, dict)]
+    assert private  # the users' agents' dict
+    for table in private:
+        table["mlp"] = impostor
+    assert agents.get_agent("mlp").description.startswith("one MLP")
+    assert agents.AGENTS["mlp"] is agents.get_agent("mlp")
+    with pytest.raises(TypeError):
+        registry._BUILT_IN["mlp"] = impostor  # type: ignore[index]
 
 
 def test_unknown_agent_names_the_known_ones():
@@ -64,5 +86,28 @@ def test_parse_overrides_converts_types():
      ("num_steps=0", "num_steps must be >= 1, got 0")],
 )
 def test_parse_overrides_rejects_bad_input(override, message):
+    with pytest.raises(ValueError, match=message):
+        agents.parse_overrides(agents.get_agent("mlp"), [override])
+
+
+def test_a_hyperparameter_set_twice_is_refused_not_overridden():
+    with pytest.raises(ValueError, match=r"^--set hidden is given twice \('hidden=10' and "
+                                         r"'hidden=20'\); give each hyperparameter once$"):
+        agents.parse_overrides(agents.get_agent("mlp"), ["hidden=10", "hidden=20"])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [("num_steps=1000000000000", "num_steps must be an integer that fits int32"),
+     (f"num_steps={2**31}", "num_steps must be an integer that fits int32"),
+     ("num_steps=100000001", "num_steps must be at most 100000000 steps"),
+     ("batch_size=1000000000000", "batch_size must be an integer that fits int32"),
+     ("learning_rate=1e-320", "learning_rate must be a number float32 holds"),
+     ("learning_rate=1e-40", "learning_rate must be a number float32 holds"),
+     ("l2_weight_decay=1e39", "l2_weight_decay must be a number float32 holds")],
+)
+def test_values_that_jax_cannot_hold_are_refused_when_the_config_is_made(override, message):
+    """Ints past int32 (JAX's integers), loops of absurd length, and floats that float32
+    turns into 0, a subnormal or inf: refused by the config, not later inside jit."""
     with pytest.raises(ValueError, match=message):
         agents.parse_overrides(agents.get_agent("mlp"), [override])
