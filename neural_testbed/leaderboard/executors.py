@@ -20,6 +20,7 @@ import os
 import pickle
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -394,6 +395,48 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+_RAY_WATCHDOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_watchdog.py")
+
+
+def _start_ray_watchdog() -> subprocess.Popen | None:
+    """On Linux, starts the process that ends the local Ray cluster about to be started
+    once this process has ended, however it ends (see ``ray_watchdog.py``: Ray leaves the
+    raylet's agents and workers alive for up to a minute after a SIGKILL of the driver).
+
+    Its stdin is a pipe whose write end only this process holds (Python's pipes are
+    close-on-exec, so Ray's processes do not inherit it): EOF there is this process's end.
+    It runs in a session of its own, so a signal to this process group spares it. None
+    elsewhere (it reads /proc).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return subprocess.Popen([sys.executable, "-I", _RAY_WATCHDOG, str(os.getpid())],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as error:  # no interpreter to start: Ray's own clean-up only
+        log.warning("no watchdog for the local Ray cluster (%s): if this process is killed, "
+                    "Ray's agents may outlive it for a minute", error)
+        return None
+
+
+def _tell_ray_watchdog(watchdog: subprocess.Popen | None, session_dir: str) -> None:
+    if watchdog is not None:
+        with contextlib.suppress(OSError):  # it died: the run goes on without it
+            watchdog.stdin.write(session_dir.encode() + b"\n")
+            watchdog.stdin.flush()
+
+
+def _end_ray_watchdog(watchdog: subprocess.Popen | None) -> None:
+    """Closes the pipe, so the watchdog ends what Ray left of the cluster, and reaps it."""
+    if watchdog is None:
+        return
+    with contextlib.suppress(OSError):
+        watchdog.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        watchdog.wait(timeout=10)
+
+
 def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
     """Runs units as Ray tasks; a task whose worker dies is retried by Ray."""
     try:
@@ -401,6 +444,7 @@ def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
     except ImportError:
         raise ValueError("--backend ray needs Ray: pip install 'neural-testbed[ray]'") from None
     started_here = not ray.is_initialized()
+    watchdog = None  # the process that ends the local cluster if this one ends first
     if started_here:
         if address:
             check_ray_address(address)
@@ -414,12 +458,19 @@ def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
                 raise ValueError(f"--address {address}: no Ray cluster there would connect "
                                  f"({str(error).splitlines()[0]}); nothing was run") from None
         else:  # a local cluster for this run, reachable only from this machine
-            with _ray_loopback_only():
-                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                         _node_ip_address="127.0.0.1")
+            watchdog = _start_ray_watchdog()  # before ray.init: it starts the processes
+            try:
+                with _ray_loopback_only():
+                    context = ray.init(num_cpus=workers, include_dashboard=False,
+                                       log_to_driver=False, _node_ip_address="127.0.0.1")
+                _tell_ray_watchdog(watchdog, context.address_info["session_dir"])
+            except BaseException:
+                _end_ray_watchdog(watchdog)
+                raise
             node_ip = ray.util.get_node_ip_address()
             if not ipaddress.ip_address(node_ip).is_loopback:
                 ray.shutdown()
+                _end_ray_watchdog(watchdog)
                 raise ValueError(f"the local Ray cluster took the address {node_ip}, not a "
                                  "loopback one, so it would be reachable from other machines; "
                                  "nothing was run (this Ray version is not supported: pip "
@@ -438,6 +489,7 @@ def _ray(units, workers, address, imports) -> Iterator[tuple[WorkUnit, list]]:
     finally:
         if started_here:
             ray.shutdown()
+            _end_ray_watchdog(watchdog)  # after Ray's own shutdown, for what it left
 
 
 def execute(
