@@ -810,10 +810,10 @@ def _study_metrics(args, names: Sequence[str], problems: Mapping[str, Any]):
 # --metrics names that stand for several columns (ece and accuracy are always shown).
 _METRIC_SHORTHANDS = {"ece": (), "accuracy": (),
                       "aud": ("aud_ood_aleatoric", "aud_ood_epistemic", "aud_ood_total")}
-_BOARD_COLUMNS = ("agent", "source", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_1_norm_stderr", "kl_100",
-                  "kl_100_stderr", "kl_100_norm", "kl_100_norm_stderr", "kl_agg", "accuracy",
-                  "ece", "seconds_per_problem", "problems", "of", "clipped", "flag", "metric",
-                  "selection", "config_hash", "changes")
+_BOARD_COLUMNS = ("agent", "source", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_1_norm_stderr",
+                  "kl_100", "kl_100_stderr", "kl_100_norm", "kl_100_norm_stderr", "kl_agg",
+                  "accuracy", "ece", "seconds_per_problem", "problems", "of", "clipped", "flag",
+                  "metric", "selection", "config_hash", "changes")
 
 
 def _set_syntax(value: Any) -> str:
@@ -932,7 +932,8 @@ def _cmd_compare(args) -> int:
                   f"differ by less than one standard error ({r[diff]:.4g} vs "
                   f"{r['stderr']:.4g}): more problems or seeds are needed to order them")
     print(f"\n{args.agent} - baseline per (temperature, T) (paired t-test, df = pairs - 1):")
-    print(scoring.format_records(cells, "table", ("baseline", "source", "temperature", "num_train", *taus,
+    print(scoring.format_records(cells, "table", ("baseline", "source", "temperature",
+                                                  "num_train", *taus,
                                                   diff, "stderr", "p_value", "pairs",
                                                   "verdict", "flag")))
     for name in baseline_names:

@@ -157,3 +157,45 @@ def optimised_compiles():
     jax.config.update("jax_disable_most_optimizations", False)
     yield
     jax.config.update("jax_disable_most_optimizations", before)
+
+
+@pytest.fixture
+def smoke_rows():
+    """A function ``(agent, config, level)`` -> stored rows of that config on every smoke
+    problem, KL ``level * tau`` scaled up by a tenth per problem."""
+    from neural_testbed import leaderboard
+    from neural_testbed.leaderboard import runner
+    from neural_testbed.leaderboard import store as store_lib
+
+    def rows(agent, config, level):
+        return [runner.result_row(
+            agent, store_lib.config_hash(agent, config), store_lib.config_json(config),
+            problem, tau, "auto", 0, kl=level * tau * (1 + 0.1 * i), kl_stderr=0.01,
+            num_clipped=0, accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.1,
+            eval_seconds=0.5)
+            for i, problem in enumerate(leaderboard.get_sweep("smoke").values())
+            for tau in problem.taus]
+    return rows
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fails the test if a run starts computing."""
+    from neural_testbed.leaderboard import sweep as sweep_lib
+
+    def run_sweep(*args, **kwargs):
+        raise AssertionError("work started")
+    monkeypatch.setattr(sweep_lib, "run_sweep", run_sweep)
+
+
+@pytest.fixture
+def one_error_line(capsys):
+    """A function ``(*fragments)``: asserts the command printed exactly one line on
+    stderr, an error holding every fragment; returns it."""
+    def check(*fragments):
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("neural-testbed: error: "), err
+        for fragment in fragments:
+            assert fragment in err, err
+        return err
+    return check

@@ -138,36 +138,15 @@ class GhostConfig:  # an agent known only from a store (never registered)
     width: int = 3
 
 
-def _rows(agent, config, level):
-    """Stored rows of one agent on every smoke problem, KL varying by problem."""
-    rows = []
-    for i, (pid, problem) in enumerate(leaderboard.get_sweep("smoke").items()):
-        for tau in problem.taus:
-            rows.append(runner.result_row(
-                agent, store_lib.config_hash(agent, config), store_lib.config_json(config),
-                problem, tau, "auto", 0, kl=level * tau * (1 + 0.1 * i), kl_stderr=0.01,
-                num_clipped=0, accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.1,
-                eval_seconds=0.5))
-    return rows
-
-
 @pytest.fixture
-def store(tmp_path):
+def store(tmp_path, smoke_rows):
     """A store with mlp (two configs), and ghost, an agent not registered here."""
     path = tmp_path / "r.db"
     with leaderboard.ResultsStore(path) as s:
-        s.write(_rows("mlp", agents.MLPConfig(), 0.2)
-                + _rows("mlp", agents.MLPConfig(num_steps=30, hidden=(20,)), 0.1)
-                + _rows("ghost", GhostConfig(), 0.3))
+        s.write(smoke_rows("mlp", agents.MLPConfig(), 0.2)
+                + smoke_rows("mlp", agents.MLPConfig(num_steps=30, hidden=(20,)), 0.1)
+                + smoke_rows("ghost", GhostConfig(), 0.3))
     return path
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    """Fails the test if a run starts computing."""
-    def run_sweep(*args, **kwargs):
-        raise AssertionError("work started")
-    monkeypatch.setattr(sweep_lib, "run_sweep", run_sweep)
 
 
 @contextlib.contextmanager
@@ -190,14 +169,6 @@ def _read_only(path):
         subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
-def _one_error_line(capsys, *fragments):
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("neural-testbed: error: "), err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
-
-
 @pytest.mark.parametrize(
     "args, fragments",
     [(["--seed", "-1"], ["--seed", "from 0 to 4294967295, got -1"]),
@@ -210,27 +181,27 @@ def _one_error_line(capsys, *fragments):
      (["--taus", "0,5"], ["--taus '0,5'"])],
 )
 def test_bad_run_settings_are_refused_before_the_store_is_made(tmp_path, capsys, no_work, args,
-                                                             fragments):
+                                                             fragments, one_error_line):
     db = tmp_path / "new.db"
     for command in (["run", "--agent", "mlp"], ["sweep", "--agent", "mlp"]):
         if command[0] == "sweep" and "--set" in args:
             continue
         assert cli.main([*command, "--sweep", "smoke", "--db", str(db), *args]) == 2
-        _one_error_line(capsys, *fragments)
+        one_error_line(*fragments)
         assert not db.exists()  # not even an empty store file
 
 
 def test_sweep_runs_a_named_config_sweep_and_refuses_an_unknown_one(tmp_path, capsys,
-                                                                     monkeypatch):
+                                                                     monkeypatch, one_error_line):
     """`sweep --configs prior-functions` hands ensemble+'s Figure 7 configs to the sweep;
     an unknown name is one line naming the agent's sweeps, before a store is made."""
     db = tmp_path / "new.db"
     assert cli.main(["sweep", "--agent", "ensemble+", "--configs", "priors", "--db",
                      str(db)]) == 2
-    _one_error_line(capsys, "--configs 'priors'", "'paper', 'prior-functions'")
+    one_error_line("--configs 'priors'", "'paper', 'prior-functions'")
     assert cli.main(["sweep", "--agent", "mlp", "--configs", "prior-functions", "--db",
                      str(db)]) == 2
-    _one_error_line(capsys, "this agent's config sweeps are 'paper'")
+    one_error_line("this agent's config sweeps are 'paper'")
     assert not db.exists()
     handed = []
 
@@ -246,7 +217,8 @@ def test_sweep_runs_a_named_config_sweep_and_refuses_an_unknown_one(tmp_path, ca
     assert "sweep --configs prior-functions: 11 configs" in capsys.readouterr().out
 
 
-def test_unusable_output_paths_are_refused_before_any_work(tmp_path, capsys, no_work, store):
+def test_unusable_output_paths_are_refused_before_any_work(
+        tmp_path, capsys, no_work, store, one_error_line):
     (tmp_path / "a_dir").mkdir()
     (tmp_path / "a_file").write_text("x")
     cases = [
@@ -259,13 +231,13 @@ def test_unusable_output_paths_are_refused_before_any_work(tmp_path, capsys, no_
     ]
     for argv, fragment in cases:
         assert cli.main([*argv, "--db", str(store)]) == 2, argv
-        _one_error_line(capsys, fragment)
+        one_error_line(fragment)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file", "r.db"]
     assert not list((tmp_path / "a_dir").iterdir())
 
 
 def test_unwritable_output_directories_are_refused_before_any_work(tmp_path, capsys, no_work,
-                                                                   store):
+                                                                   store, one_error_line):
     shelf = tmp_path / "shelf"
     shelf.mkdir()
     with _read_only(shelf):
@@ -273,32 +245,35 @@ def test_unwritable_output_directories_are_refused_before_any_work(tmp_path, cap
                      ["export", "-o", str(shelf / "x.csv")],
                      ["plot", "--out", str(shelf / "figs")]):
             assert cli.main([*argv, "--db", str(store)]) == 2, argv
-            _one_error_line(capsys, "is not writable")
+            one_error_line("is not writable")
     assert not list(shelf.iterdir())
 
 
-def test_a_read_only_store_is_refused_before_any_work(tmp_path, capsys, no_work, store):
+def test_a_read_only_store_is_refused_before_any_work(
+        tmp_path, capsys, no_work, store, one_error_line):
     before = store.read_bytes()
     with _read_only(store):
         for argv in (["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(store)],
                      ["sweep", "--agent", "mlp", "--sweep", "smoke", "--db", str(store)],
                      ["merge", str(tmp_path / "missing.db"), "-o", str(store)]):
             assert cli.main(argv) == 2, argv
-            _one_error_line(capsys, "is read-only")
+            one_error_line("is read-only")
         assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store)]) == 0
     assert store.read_bytes() == before
 
 
-def test_a_store_in_a_read_only_directory_is_refused_before_any_work(tmp_path, capsys, no_work):
+def test_a_store_in_a_read_only_directory_is_refused_before_any_work(
+        tmp_path, capsys, no_work, one_error_line):
     shelf = tmp_path / "shelf"
     shelf.mkdir()
     with _read_only(shelf):
         assert cli.main(["run", "--agent", "mlp", "--db", str(shelf / "r.db")]) == 2
-        _one_error_line(capsys, "is read-only")
+        one_error_line("is read-only")
     assert not list(shelf.iterdir())
 
 
-def test_a_foreign_sqlite_file_is_byte_identical_after_every_command(tmp_path, capsys, no_work):
+def test_a_foreign_sqlite_file_is_byte_identical_after_every_command(
+        tmp_path, capsys, no_work, one_error_line):
     path = tmp_path / "other.db"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE t (x)")
@@ -309,18 +284,18 @@ def test_a_foreign_sqlite_file_is_byte_identical_after_every_command(tmp_path, c
                  ["run", "--agent", "mlp", "--sweep", "smoke"], ["compare", "--agent", "mlp"],
                  ["sweep", "--agent", "mlp", "--sweep", "smoke"]):
         assert cli.main([*argv, "--db", str(path)]) == 2, argv
-        _one_error_line(capsys, "is a SQLite database but not a neural-testbed results store")
+        one_error_line("is a SQLite database but not a neural-testbed results store")
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
 
 
-def test_an_empty_file_stays_empty_after_read_only_commands(tmp_path, capsys):
+def test_an_empty_file_stays_empty_after_read_only_commands(tmp_path, capsys, one_error_line):
     path = tmp_path / "empty.db"
     path.touch()
     for argv in (["leaderboard"], ["export", "-o", str(tmp_path / "x.csv")],
                  ["compare", "--agent", "mlp"]):
         assert cli.main([*argv, "--db", str(path)]) == 2, argv
-        _one_error_line(capsys, "is empty: it holds no results yet")
+        one_error_line("is empty: it holds no results yet")
     assert path.stat().st_size == 0
 
 
@@ -336,61 +311,65 @@ def test_leaderboard_shows_config_changes_and_json_only_when_verbose(store, caps
     assert '"hidden":[20],' in out and '{"width":3}' in out
 
 
-def test_leaderboard_refuses_a_baseline_that_is_nowhere(store, capsys):
+def test_leaderboard_refuses_a_baseline_that_is_nowhere(store, capsys, one_error_line):
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store),
                      "--baseline", "nope"]) == 2
-    _one_error_line(capsys, "--baseline 'nope': no such agent", "results for ghost, mlp")
+    one_error_line("--baseline 'nope': no such agent", "results for ghost, mlp")
     # A registered agent without results is a note, not an error: the table is still shown.
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store),
                      "--baseline", "ensemble"]) == 0
     assert "note: no ensemble default-config results for this sweep" in capsys.readouterr().err
 
 
-def test_compare_reads_agents_from_the_store_and_names_the_ones_it_has(store, capsys):
+def test_compare_reads_agents_from_the_store_and_names_the_ones_it_has(
+        store, capsys, one_error_line):
     assert cli.main(["compare", "--agent", "ghost", "--baseline", "mlp", "--sweep", "smoke",
                      "--db", str(store)]) == 0
     assert "ghost vs mlp: significantly better in 0, worse in " in capsys.readouterr().out
     assert cli.main(["compare", "--agent", "nope", "--sweep", "smoke", "--db", str(store)]) == 2
-    _one_error_line(capsys, "--agent 'nope': no such agent", "results for ghost, mlp")
+    one_error_line("--agent 'nope': no such agent", "results for ghost, mlp")
     assert cli.main(["compare", "--agent", "ensemble", "--sweep", "smoke",
                      "--db", str(store)]) == 2
-    _one_error_line(capsys, "no results for it yet (run `neural-testbed sweep --agent ensemble`)")
+    one_error_line("no results for it yet (run `neural-testbed sweep --agent ensemble`)")
 
 
-def test_plot_of_an_agent_known_only_from_the_store_says_how_to_load_it(store, tmp_path, capsys):
+def test_plot_of_an_agent_known_only_from_the_store_says_how_to_load_it(
+        store, tmp_path, capsys, one_error_line):
     assert cli.main(["plot", "--agent", "ghost", "--out", str(tmp_path / "figs"), "--sweep",
                      "smoke", "--db", str(store)]) == 2
-    _one_error_line(capsys, "not registered in this command", "--import MODULE")
+    one_error_line("not registered in this command", "--import MODULE")
     assert not (tmp_path / "figs").exists()
 
 
-def test_a_failed_merge_writes_nothing_and_names_missing_inputs_plainly(store, tmp_path,
-                                                                       capsys):
+def test_a_failed_merge_writes_nothing_and_names_missing_inputs_plainly(
+        store, tmp_path, capsys, smoke_rows, one_error_line):
     other = tmp_path / "other.db"
     with leaderboard.ResultsStore(other) as s:
-        s.write(_rows("ghost", GhostConfig(), 0.7))  # same keys, different results
+        s.write(smoke_rows("ghost", GhostConfig(), 0.7))  # same keys, different results
     out = tmp_path / "merged.db"
     assert cli.main(["merge", str(store), str(other), "-o", str(out)]) == 2
-    _one_error_line(capsys, "conflict", "nothing was written")
+    one_error_line("conflict", "nothing was written")
     assert not out.exists()
     assert cli.main(["merge", str(tmp_path / "nope.db"), "-o", str(out)]) == 2
-    err = _one_error_line(capsys, "merge input", "nope.db': no such file")
+    err = one_error_line("merge input", "nope.db': no such file")
     assert "--db" not in err
     assert not out.exists()
 
 
-def test_import_of_a_file_named_like_an_installed_module_is_refused(tmp_path, capsys):
+def test_import_of_a_file_named_like_an_installed_module_is_refused(
+        tmp_path, capsys, one_error_line):
     shadow = tmp_path / "json.py"
     shadow.write_text("raise SystemExit('the stray json.py was executed')\n")
     assert cli.main(["agents", "--import", str(shadow)]) == 2
-    _one_error_line(capsys, "the module 'json'", "rename the file")
+    one_error_line("the module 'json'", "rename the file")
 
 
-def test_a_module_that_exits_while_imported_is_one_line_not_a_silent_exit(tmp_path, capsys):
+def test_a_module_that_exits_while_imported_is_one_line_not_a_silent_exit(
+        tmp_path, capsys, one_error_line):
     quitter = tmp_path / "quitter_mod.py"
     quitter.write_text("import sys\nsys.exit(7)\n")
     assert cli.main(["agents", "--import", str(quitter)]) == 2
-    _one_error_line(capsys, f"--import {quitter}: the module exited with status 7 while "
+    one_error_line(f"--import {quitter}: the module exited with status 7 while "
                             "being imported")
     assert "quitter_mod" not in sys.modules
 
@@ -423,14 +402,14 @@ def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsy
     assert (out / "tau_curve.png").stat().st_size > 0
 
 
-def test_diagnose_names_an_unknown_problem_in_one_line(tmp_path, capsys, no_work):
+def test_diagnose_names_an_unknown_problem_in_one_line(tmp_path, capsys, no_work, one_error_line):
     assert cli.main(["diagnose", "--agent", "mlp", "--problem", "nope/1",
                      "--db", str(tmp_path / "d.db"), "--out", str(tmp_path)]) == 2
-    _one_error_line(capsys, "unknown problem 'nope/1'")
+    one_error_line("unknown problem 'nope/1'")
     assert not (tmp_path / "d.db").exists()
 
 
-def test_leaderboard_adds_diagnostics_columns_and_names_bad_ones(store, capsys):
+def test_leaderboard_adds_diagnostics_columns_and_names_bad_ones(store, capsys, one_error_line):
     assert cli.main(["leaderboard", "--db", str(store), "--sweep", "smoke", "--metrics",
                      "ece,aud,rejection_ability"]) == 0
     header = capsys.readouterr().out.splitlines()[1].split()
@@ -439,7 +418,7 @@ def test_leaderboard_adds_diagnostics_columns_and_names_bad_ones(store, capsys):
                            "rejection_ability", "rejection_ability_stderr", "changes"]
     assert cli.main(["leaderboard", "--db", str(store), "--sweep", "smoke", "--metrics",
                      "bogus"]) == 2
-    _one_error_line(capsys, "unknown --metrics bogus; allowed: ece, accuracy, aud, aleatoric")
+    one_error_line("unknown --metrics bogus; allowed: ece, accuracy, aud, aleatoric")
 
 
 @pytest.mark.parametrize("sweep", ["paper", "smoke"])  # output beyond / within one buffer
@@ -480,22 +459,22 @@ def test_bad_units_at_once_is_one_line_before_any_store(tmp_path, capsys, extra,
                              "process may use 2)", "got 1000"]),
 ])
 def test_settings_that_cannot_work_or_would_be_ignored_are_one_line_before_any_store(
-        tmp_path, capsys, no_work, monkeypatch, argv, fragments):
+        tmp_path, capsys, no_work, monkeypatch, argv, fragments, one_error_line):
     monkeypatch.setattr(sweep_lib, "usable_cores", lambda: 2)
     db = tmp_path / "new.db"
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *argv]) == 2
-    _one_error_line(capsys, *fragments)
+    one_error_line(*fragments)
     assert not db.exists()
 
 
 def test_sweep_beside_dataset_is_refused_and_the_default_sweep_is_not(tmp_path, capsys,
-                                                                      no_work):
+                                                                      no_work, one_error_line):
     data = tmp_path / "d.npz"
     rng = np.random.default_rng(0)
     np.savez(data, x_train=rng.normal(size=(20, 2)), y_train=np.arange(20) % 2,
              x_test=rng.normal(size=(10, 2)), y_test=np.arange(10) % 2)
     assert cli.main(["problems", "--dataset", str(data), "--sweep", "quick"]) == 2
-    _one_error_line(capsys, f"--sweep quick and --dataset {data} both name the problems; "
+    one_error_line(f"--sweep quick and --dataset {data} both name the problems; "
                             "give one of them")
     assert cli.main(["problems", "--dataset", str(data)]) == 0
     assert "d.npz/0" in capsys.readouterr().out
@@ -518,11 +497,11 @@ def test_problem_table_columns_fit_a_million_training_pairs():
             m.end() for m in re.finditer(r"\S+", line)}, name
 
 
-def test_export_neutralises_formula_like_text_for_spreadsheets(tmp_path, capsys):
+def test_export_neutralises_formula_like_text_for_spreadsheets(tmp_path, capsys, smoke_rows):
     db, out = tmp_path / "r.db", tmp_path / "rows.csv"
     with leaderboard.ResultsStore(db) as s:
         for name in ("=HYPERLINK(\"x\")", "+1", "-1", "@SUM(A1)", "\tx", "\rx", "plain"):
-            s.write(_rows(name, GhostConfig(), 0.2)[:1])
+            s.write(smoke_rows(name, GhostConfig(), 0.2)[:1])
     assert cli.main(["export", "--db", str(db), "-o", str(out)]) == 0
     with open(out, newline="") as f:
         names = sorted(r["agent"] for r in csv.DictReader(f))
@@ -533,10 +512,10 @@ def test_export_neutralises_formula_like_text_for_spreadsheets(tmp_path, capsys)
     assert "is written with a leading single quote" in " ".join(capsys.readouterr().out.split())
 
 
-def test_a_closed_standard_output_is_one_line_and_status_2(capsys, monkeypatch):
+def test_a_closed_standard_output_is_one_line_and_status_2(capsys, monkeypatch, one_error_line):
     monkeypatch.setattr(sys, "stdout", None)  # as Python starts with `>&-`
     assert cli.main(["problems", "--sweep", "smoke"]) == 2
-    _one_error_line(capsys, "standard output is closed; redirect it to a file or /dev/null")
+    one_error_line("standard output is closed; redirect it to a file or /dev/null")
 
 
 @pytest.mark.parametrize("agent", ["random_forest", "knn"])
@@ -562,12 +541,12 @@ def test_plot_draws_figure_5_for_a_host_agent(store, tmp_path, capsys, agent):
         "tau 100000000 (--taus) is too large for classification_2d/90: its N = 1000 test "
         "samples of tau + 1 inputs each are counted in int32, so tau must be at most 2147482"]),
 ])
-def test_sizes_beyond_memory_or_int32_are_refused_before_any_store(tmp_path, capsys, no_work,
-                                                                  monkeypatch, argv, fragments):
+def test_sizes_beyond_memory_or_int32_are_refused_before_any_store(
+        tmp_path, capsys, no_work, monkeypatch, argv, fragments, one_error_line):
     """Programs are traced (not run) before any work: an array larger than the machine's
     memory, or more test inputs than int32 counts, is one line instead of failed rows."""
     monkeypatch.setattr(memory, "total_bytes", lambda: (64 * 2**30, "memory"))
     db = tmp_path / "new.db"
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *argv]) == 2
-    _one_error_line(capsys, *fragments)
+    one_error_line(*fragments)
     assert not db.exists()

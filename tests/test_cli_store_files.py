@@ -21,45 +21,20 @@ from neural_testbed.leaderboard import sweep as sweep_lib
 _ENV = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
 
 
-def _rows(agent, config, level):
-    """Stored rows of one agent on every smoke problem (as test_cli.py's)."""
-    return [runner.result_row(
-        agent, store_lib.config_hash(agent, config), store_lib.config_json(config), problem,
-        tau, "auto", 0, kl=level * tau * (1 + 0.1 * i), kl_stderr=0.01, num_clipped=0,
-        accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.1, eval_seconds=0.5)
-        for i, problem in enumerate(leaderboard.get_sweep("smoke").values())
-        for tau in problem.taus]
-
-
 @pytest.fixture
-def store(tmp_path):
+def store(tmp_path, smoke_rows):
     path = tmp_path / "r.db"
     with store_lib.ResultsStore(path) as s:
-        s.write(_rows("mlp", agents.MLPConfig(), 0.2))
+        s.write(smoke_rows("mlp", agents.MLPConfig(), 0.2))
     return path
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    """Fails the test if a run starts computing."""
-    def run_sweep(*args, **kwargs):
-        raise AssertionError("work started")
-    monkeypatch.setattr(sweep_lib, "run_sweep", run_sweep)
-
-
-def _one_error_line(capsys, *fragments):
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("neural-testbed: error: "), err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
 
 
 def _digest(path):
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
 
-def test_read_only_commands_read_a_store_that_they_cannot_write_nor_write_beside(tmp_path):
+def test_read_only_commands_read_a_store_that_they_cannot_write_nor_write_beside(
+        tmp_path, smoke_rows):
     """Another user's 0644 store in a 0755 directory: leaderboard, export and merge read it.
     Files 0444 in a 0555 directory; where this process is root (whom permissions do not
     stop), the commands run as nobody, in a directory nobody can reach."""
@@ -80,7 +55,7 @@ def test_read_only_commands_read_a_store_that_they_cannot_write_nor_write_beside
     out.chmod(0o777)
     try:
         with store_lib.ResultsStore(shelf / "r.db") as s:
-            s.write(_rows("mlp", agents.MLPConfig(), 0.2))
+            s.write(smoke_rows("mlp", agents.MLPConfig(), 0.2))
         (shelf / "r.db").chmod(0o444)
         shelf.chmod(0o555)
         db = str(shelf / "r.db")
@@ -98,7 +73,8 @@ def test_read_only_commands_read_a_store_that_they_cannot_write_nor_write_beside
             shutil.rmtree(top)
 
 
-def test_a_database_with_a_meta_table_like_ours_is_left_as_it_was(tmp_path, capsys, no_work):
+def test_a_database_with_a_meta_table_like_ours_is_left_as_it_was(
+        tmp_path, capsys, no_work, one_error_line):
     path = tmp_path / "other.db"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -109,19 +85,19 @@ def test_a_database_with_a_meta_table_like_ours_is_left_as_it_was(tmp_path, caps
     for argv in (["run", "--agent", "mlp", "--sweep", "smoke"], ["leaderboard"],
                  ["export", "-o", str(tmp_path / "x.csv")]):
         assert cli.main([*argv, "--db", str(path)]) == 2, argv
-        _one_error_line(capsys, "is a SQLite database but not a neural-testbed results store "
+        one_error_line("is a SQLite database but not a neural-testbed results store "
                                 "(it holds table 'accounts')")
     assert _digest(path) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
 
 
-def _fake_run_sweep(monkeypatch, before_writing=None):
+def _fake_run_sweep(monkeypatch, smoke_rows, before_writing=None):
     """`run` computes the smoke sweep's rows of mlp's default config at once (no training);
     ``before_writing(store)`` may fill the store's disk first."""
     def run_sweep(name, configs, problems, store, **kwargs):
         if before_writing is not None:
             before_writing(store)
-        rows = _rows("mlp", agents.MLPConfig(), 0.2)
+        rows = smoke_rows("mlp", agents.MLPConfig(), 0.2)
         store.write(rows)
         return sweep_lib.SweepSummary(computed=len(rows))
     monkeypatch.setattr(sweep_lib, "run_sweep", run_sweep)
@@ -129,9 +105,9 @@ def _fake_run_sweep(monkeypatch, before_writing=None):
 
 @pytest.mark.parametrize("name", ["file:u.db", "file:x.db?mode=memory"])
 def test_a_db_that_starts_with_file_is_a_file_of_that_name_for_every_command(
-        tmp_path, capsys, monkeypatch, name):
+        tmp_path, capsys, monkeypatch, name, smoke_rows):
     monkeypatch.chdir(tmp_path)
-    _fake_run_sweep(monkeypatch)
+    _fake_run_sweep(monkeypatch, smoke_rows)
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", name]) == 0
     assert "8 rows computed, 0 reused" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
@@ -142,9 +118,10 @@ def test_a_db_that_starts_with_file_is_a_file_of_that_name_for_every_command(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "file:m.db", "x.csv"])
 
 
-def test_no_log_files_are_left_beside_the_store_after_commands(tmp_path, capsys, monkeypatch):
+def test_no_log_files_are_left_beside_the_store_after_commands(tmp_path, capsys, monkeypatch,
+                                                              smoke_rows):
     db = str(tmp_path / "r.db")
-    _fake_run_sweep(monkeypatch)
+    _fake_run_sweep(monkeypatch, smoke_rows)
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", db]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.db"]
     for argv in (["leaderboard", "--sweep", "smoke", "--db", db],
@@ -155,9 +132,9 @@ def test_no_log_files_are_left_beside_the_store_after_commands(tmp_path, capsys,
 
 
 @pytest.mark.parametrize("table", ["rows", "studies"])
-def test_export_to_a_full_device_is_one_line(store, capsys, table):
+def test_export_to_a_full_device_is_one_line(store, capsys, table, one_error_line):
     assert cli.main(["export", "--db", str(store), "--table", table, "-o", "/dev/full"]) == 2
-    _one_error_line(capsys, "the disk is full writing '/dev/full': nothing was written to it")
+    one_error_line("the disk is full writing '/dev/full': nothing was written to it")
 
 
 @pytest.fixture
@@ -188,16 +165,16 @@ def full_disk(monkeypatch):
                         raising=False)
 
 
-def test_a_full_disk_leaves_no_partial_csv_and_keeps_an_old_one(tmp_path, capsys, monkeypatch,
-                                                                 store, full_disk):
+def test_a_full_disk_leaves_no_partial_csv_and_keeps_an_old_one(
+        tmp_path, capsys, monkeypatch, store, full_disk, smoke_rows, one_error_line):
     old = tmp_path / "old.csv"
     old.write_text("kept\n")
     for path in (tmp_path / "new.csv", old):
         assert cli.main(["export", "--db", str(store), "-o", str(path)]) == 2
-        _one_error_line(capsys, f"the disk is full writing {str(path)!r}: nothing was "
+        one_error_line(f"the disk is full writing {str(path)!r}: nothing was "
                                 "written to it")
     assert old.read_text() == "kept\n"
-    _fake_run_sweep(monkeypatch)
+    _fake_run_sweep(monkeypatch, smoke_rows)
     db = tmp_path / "run.db"
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), "--output",
                      str(tmp_path / "run.csv")]) == 2
@@ -210,24 +187,24 @@ def test_a_full_disk_leaves_no_partial_csv_and_keeps_an_old_one(tmp_path, capsys
         assert len(s.rows()) == 8
 
 
-def test_a_full_disk_leaves_no_partial_figure(tmp_path, capsys, store, full_disk):
+def test_a_full_disk_leaves_no_partial_figure(tmp_path, capsys, store, full_disk, one_error_line):
     pytest.importorskip("matplotlib")
     figs = tmp_path / "figs"
     assert cli.main(["plot", "--db", str(store), "--sweep", "smoke", "--out", str(figs)]) == 2
-    _one_error_line(capsys, "the disk is full writing", "nothing was written to it")
+    one_error_line("the disk is full writing", "nothing was written to it")
     assert list(figs.iterdir()) == []
 
 
 def test_a_full_disk_under_the_store_is_one_line_and_keeps_the_rows_before(tmp_path, capsys,
-                                                                          monkeypatch):
+                                                                          monkeypatch, smoke_rows):
     db = tmp_path / "r.db"
     with store_lib.ResultsStore(db) as s:
-        s.write(_rows("mlp", agents.MLPConfig(num_steps=30), 0.1))
+        s.write(smoke_rows("mlp", agents.MLPConfig(num_steps=30), 0.1))
 
     def fill(store):  # SQLite's "database or disk is full", from a page limit
         pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
         store._conn.execute(f"PRAGMA max_page_count = {pages}")
-    _fake_run_sweep(monkeypatch, before_writing=fill)
+    _fake_run_sweep(monkeypatch, smoke_rows, before_writing=fill)
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == (f"neural-testbed: error: the disk is full writing the results store "

@@ -113,7 +113,8 @@ def test_store_from_an_incompatible_version_is_a_clear_error(tmp_path):
     leaderboard.ResultsStore(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    with pytest.raises(store_lib.StoreError, match="schema version 99 .* reads schema versions 2, 3, 4"):
+    with pytest.raises(store_lib.StoreError,
+                       match="schema version 99 .* reads schema versions 2, 3, 4"):
         leaderboard.ResultsStore(path)
 
 
