@@ -11,10 +11,13 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator
-from typing import IO
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
 
-__all__ = ["DiskFullError", "written_whole"]
+__all__ = ["DiskFullError", "FORMULA_STARTS", "spreadsheet_safe", "written_whole"]
+
+# How a text cell that a spreadsheet would run as a formula begins.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 class DiskFullError(Exception):
@@ -56,3 +59,10 @@ def written_whole(path: str | os.PathLike, mode: str = "w", **kwargs: object) ->
             raise
         raise DiskFullError(f"the disk is full writing {path!r}: nothing was written to "
                             "it") from None
+
+
+def spreadsheet_safe(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` with each text value that a spreadsheet would run as a formula given a
+    leading single quote: OWASP's defence against CSV injection (numbers are not text)."""
+    return {key: "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS)
+            else value for key, value in record.items()}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, cli, diagnostics, leaderboard, memory
-from neural_testbed.leaderboard import runner
+from neural_testbed.leaderboard import run_report, runner
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard import sweep as sweep_lib
 
@@ -77,7 +77,7 @@ def test_run_shows_and_writes_only_its_own_rows_beside_failed_rows_at_other_taus
 
 
 def test_run_defaults_to_the_quick_sweep_at_taus_1_and_100():
-    args = cli._parser().parse_args(["run", "--agent", "mlp"])
+    args = cli.build_parser().parse_args(["run", "--agent", "mlp"])
     assert args.sweep == "quick" and args.taus is None
     assert {p.taus for p in leaderboard.get_sweep("quick").values()} == {(1, 100)}
 
@@ -126,7 +126,7 @@ def test_help_explains_every_run_option(capsys):
 
 def test_batch_size_is_an_alias_of_problems_per_batch():
     for flag in ("--problems-per-batch", "--batch-size"):
-        args = cli._parser().parse_args(["run", "--agent", "mlp", flag, "3"])
+        args = cli.build_parser().parse_args(["run", "--agent", "mlp", flag, "3"])
         assert args.problems_per_batch == 3
 
 
@@ -487,7 +487,7 @@ def test_problem_table_columns_fit_a_million_training_pairs():
                             eval_seconds=0.5).as_dict()
     row.update(problem_id="a_long_problem_id_of_my_data/1234567", num_train=12_345_678,
                seed=1_000_000, temperature=0.123456)
-    header, line = cli._problem_table([row], [1]).splitlines()
+    header, line = run_report.problem_table([row], [1]).splitlines()
     assert line.split() == ["a_long_problem_id_of_my_data/1234567", "0.123456", "12345678",
                             "1000000", "0.5000", "±", "0.0100", "0.900", "0.050", "12345.50"]
     assert header.split() == ["problem_id", "temp", "T", "seed", "kl(tau=1)", "±", "se", "acc",

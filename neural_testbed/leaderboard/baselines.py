@@ -28,14 +28,17 @@ from neural_testbed.agents import registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.leaderboard import sweep as sweep_lib
 
 __all__ = [
     "FORMAT_VERSION",
     "PUBLISHED_TABLE",
     "Published",
+    "Reproduction",
     "agreement",
     "build_table",
     "load",
+    "reproduce",
     "paired_agreement",
     "reproduce_sample",
     "rows_for",
@@ -263,3 +266,74 @@ def paired_agreement(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         checks.append({"tau": tau, "problems": n, "mean_diff": mean, "stderr": stderr,
                        "agree": agree})
     return checks
+
+
+@dataclasses.dataclass(frozen=True)
+class Reproduction:
+    """What :func:`reproduce` found: per recomputed row its :func:`agreement` record,
+    the rows that failed to compute, and per tau the :func:`paired_agreement` check."""
+
+    records: list[dict[str, Any]]
+    failed: int
+    paired: list[dict[str, Any]]
+
+    @property
+    def agree(self) -> int:
+        """Rows within :data:`AGREEMENT_SIGMAS` standard errors of their published ones."""
+        return sum(r["agree"] for r in self.records)
+
+    @property
+    def verdict(self) -> str:
+        """``failed`` (a row failed to compute), ``agree`` (every row agrees), ``on
+        average`` (some rows differ more, but every tau's differences average to zero:
+        they moved with their training run) or ``disagree``."""
+        if self.failed:
+            return "failed"
+        if self.agree == len(self.records):
+            return "agree"
+        if all(check["agree"] for check in self.paired):
+            return "on average"
+        return "disagree"
+
+    @property
+    def reproduced(self) -> bool:
+        """Whether the published rows are reproduced, every row or on average."""
+        return self.verdict in ("agree", "on average")
+
+
+def reproduce(agent: str, problems: Mapping[str, Any], num_problems: int, *,
+              sweep_name: str, announce: Callable[[str], None] | None = None,
+              progress: bool = True) -> Reproduction:
+    """Recomputes ``agent``'s default config on up to ``num_problems`` of ``problems``
+    that the published results cover (:func:`reproduce_sample`), in this process and
+    without a store, and compares each row with its published one.
+
+    Refused with a ValueError where the published results have no rows of the agent
+    on ``problems`` (``sweep_name`` names them in the message) or where they are of
+    another config than its default today. ``announce`` gets a line saying what is
+    recomputed, before the work starts.
+    """
+    spec = registry.get_agent(agent)
+    published = load()
+    sample = reproduce_sample(published, agent, problems, num_problems)
+    if not sample:
+        covered = sorted({r["agent"] for r in published.rows if r["problem_id"] in problems})
+        raise ValueError(f"the published baseline results ({published.version}) have no rows "
+                         f"of {agent!r} on the {sweep_name} sweep; on it they have "
+                         f"{', '.join(covered) or 'no agent yet'}")
+    rows, _ = rows_for(published, [agent], {p.problem_id: p for p in sample})
+    default_hash = store_lib.config_hash(agent, spec.default)
+    if {r["config_hash"] for r in rows} != {default_hash}:
+        raise ValueError(f"the published rows of {agent!r} are of another config than "
+                         f"its default today ({default_hash}): they cannot be reproduced here")
+    if announce is not None:
+        announce(f"recomputing {agent} (default config) on {len(sample)} problems of the "
+                 f"{sweep_name} sweep; published: "
+                 f"{published.describe([agent], [p.problem_id for p in sample])}")
+    new = sweep_lib.run_agent(spec.make(spec.default), sample, agent, config=spec.default,
+                              progress=progress)
+    by_key = {(r["problem_id"], r["tau"]): r for r in rows if r["estimator"] == "auto"}
+    records = [agreement(by_key[r.problem_id, r.tau], r.as_dict()) for r in new
+               if (r.problem_id, r.tau) in by_key and r.status == "ok"]
+    failed = sum(r.status != "ok" for r in new)
+    return Reproduction(records, failed, paired_agreement(records))

@@ -27,6 +27,7 @@ from neural_testbed.leaderboard.configs import config_hash, config_json
 __all__ = [
     "DEFAULT_DB",
     "SCHEMA_VERSION",
+    "MergeSummary",
     "ResultsStore",
     "StoreError",
     "StoreFullError",
@@ -34,6 +35,8 @@ __all__ = [
     "config_hash",
     "config_json",
     "merge_plan",
+    "merge_stores",
+    "rows_to_score",
     "study_merge_plan",
 ]
 
@@ -550,21 +553,8 @@ class ResultsStore:
         """All rows (optionally of one agent / status) as dicts, in a stable order; with
         ``predictive=True`` each also has its stored ``predictive`` (bytes or None), for
         :meth:`merge`."""
-        query, args = "SELECT * FROM results", []
-        conditions = []
-        if agent is not None:
-            conditions.append("agent = ?")
-            args.append(agent)
-        if status is not None:
-            conditions.append("status = ?")
-            args.append(status)
-        if conditions:
-            query += " WHERE " + " AND ".join(conditions)
-        order = _KEY_COLUMNS if self._version == SCHEMA_VERSION else (
-            c for c in _KEY_COLUMNS if c != "problem_hash")  # older stores lack it
-        query += " ORDER BY " + ", ".join(order)
-        rows = self._with_hashes(self._conn.execute(query, args))
-        rows = [{**{c: None for c in COLUMNS}, **r} for r in rows]  # schema 2: diagnostics
+        wanted = [("agent = ?", agent), ("status = ?", status)]
+        rows = self._select([(c, [v]) for c, v in wanted if v is not None])
         if predictive:
             stored = {} if not self._has_table(_PREDICTIVES) else {
                 tuple(r[c] for c in _KEY_COLUMNS): r["data"] for r in self._with_hashes(
@@ -572,6 +562,47 @@ class ResultsStore:
             for r in rows:
                 r["predictive"] = stored.get(tuple(r[c] for c in _KEY_COLUMNS))
         return rows
+
+    def _select(self, conditions: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
+        """The rows meeting every (SQL condition, its arguments), in key order, each with
+        every column (a schema-2 row gains a NULL ``diagnostics``)."""
+        query = "SELECT * FROM results"
+        if conditions:
+            query += " WHERE " + " AND ".join(c for c, _ in conditions)
+        order = _KEY_COLUMNS if self._version == SCHEMA_VERSION else (
+            c for c in _KEY_COLUMNS if c != "problem_hash")  # older stores lack it
+        query += " ORDER BY " + ", ".join(order)
+        args = [a for _, values in conditions for a in values]
+        rows = self._with_hashes(self._conn.execute(query, args))
+        return [{**{c: None for c in COLUMNS}, **r} for r in rows]
+
+    def run_rows(self, agent: str, configs: Sequence[Any], problems: Sequence[Any],
+                 estimators: Sequence[str], agent_seed: int,
+                 status: str | None = None) -> list[dict[str, Any]]:
+        """The stored rows a run of ``configs`` on ``problems`` computes or reuses, exactly:
+        each problem's id and definition, its taus, N and M (rows of other taus or
+        settings stored under the same ids are not the run's), in the problems' order,
+        then by tau, then in the order of ``estimators``.
+
+        The agent, configs, estimators, seed and status are selected in SQL; the
+        per-problem keys, whose hashes an older store computes on reading, here.
+        """
+        hashes = sorted({config_hash(agent, c) for c in configs})
+        estimators = list(dict.fromkeys(estimators))
+        conditions = [("agent = ?", [agent]), ("agent_seed = ?", [agent_seed]),
+                      (f"config_hash IN ({', '.join('?' * len(hashes))})", hashes),
+                      (f"estimator IN ({', '.join('?' * len(estimators))})", estimators)]
+        if status is not None:
+            conditions.append(("status = ?", [status]))
+        keys = {(p.problem_id, base.definition_hash(p), tau, p.num_test, p.num_samples): i
+                for i, p in enumerate(problems) for tau in p.taus}
+
+        def key(r):
+            return (r["problem_id"], r["problem_hash"], r["tau"], r["num_test"],
+                    r["num_samples"])
+        rows = [r for r in self._select(conditions) if key(r) in keys]
+        return sorted(rows, key=lambda r: (keys[key(r)], r["tau"],
+                                           estimators.index(r["estimator"])))
 
     def write_studies(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Writes study records (see :mod:`leaderboard.studies`) in one transaction,
@@ -647,3 +678,63 @@ class ResultsStore:
             writer.writeheader()
             writer.writerows(rows)
         return len(rows)
+
+
+def rows_to_score(path: str, with_baselines: bool = False) -> list[dict[str, Any]]:
+    """Every row of the store at ``path``, for the commands that score stored rows.
+
+    A store holding only `tal`/`probe` records, or nothing, is refused with a
+    :class:`StoreError` that says what to do; with ``with_baselines`` (the published
+    rows are added by the caller) an empty or missing store is no rows.
+    """
+    if with_baselines and not os.path.exists(path):
+        return []  # the published rows alone
+    with ResultsStore(path, create=False) as store:
+        rows = store.rows()
+        studies_only = not rows and bool(store.studies())
+    if studies_only:  # tal/probe records are shown beside an agent's `run` rows, not alone
+        raise StoreError(f"{path!r} holds tal/probe records but no `run` rows yet: run the "
+                         f"agent on the sweep, or export them with `export --table studies`")
+    if not rows and not with_baselines:
+        raise StoreError(f"{path!r} holds no results yet")
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeSummary:
+    """What :func:`merge_stores` wrote: rows and study records added, and the exact
+    duplicates skipped; ``studies`` tells whether any input held study records."""
+
+    added: int
+    duplicates: int
+    studies_added: int
+    studies_duplicates: int
+    studies: bool
+
+
+def merge_stores(inputs: Sequence[str], output: str) -> MergeSummary:
+    """Copies the rows (with their predictives) and the study records of the stores at
+    ``inputs`` (e.g. the shards of a sweep) into the store at ``output``, created if
+    missing.
+
+    Exact duplicates are skipped; a row or record with the same key but other values
+    is a conflict, refused with a :class:`StoreError` before anything is written,
+    neither ``output`` created nor any of its tables changed.
+    """
+    check_writable(output)  # before reading anything
+    rows, records = [], []
+    for path in inputs:
+        if not os.path.exists(path):
+            raise StoreError(f"merge input {path!r}: no such file")
+        with ResultsStore(path, create=False) as source:
+            rows += source.rows(predictive=True)
+            records += source.studies()
+    if not os.path.exists(output) or os.path.getsize(output) == 0:
+        merge_plan(rows)  # refuse conflicts before the new store is made
+    with ResultsStore(output) as target:
+        # Both refusals come before either write: a conflict anywhere writes nothing.
+        merge_plan(rows, target.rows())
+        study_merge_plan(records, target.studies())
+        added, duplicates = target.merge(rows)
+        studies_added, studies_duplicates = target.merge_studies(records)
+    return MergeSummary(added, duplicates, studies_added, studies_duplicates, bool(records))

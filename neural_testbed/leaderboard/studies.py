@@ -46,11 +46,13 @@ from typing import Any
 
 import numpy as np
 
+from neural_testbed import outputs
 from neural_testbed.active import selection, tal
-from neural_testbed.leaderboard import probing
+from neural_testbed.leaderboard import probing, scoring
 from neural_testbed.leaderboard.configs import config_hash, config_json
 
 __all__ = ["LONG_COLUMNS", "METRICS", "STUDIES", "long_records", "per_problem_metrics",
+           "write_long_csv",
            "probe_record", "probe_result", "probe_settings_json", "settings_hash",
            "stored_by_problem", "tal_record", "tal_result", "tal_score", "tal_settings_json"]
 
@@ -237,3 +239,14 @@ def long_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             out.extend({**where, "name": e["probe"], "at": e["at"], "value": e["value"]}
                        for e in data)
     return out
+
+
+def write_long_csv(records: Iterable[Mapping[str, Any]], path: str) -> int:
+    """Writes study records in long form (:func:`long_records`) to a CSV file, each text
+    cell made :func:`outputs.spreadsheet_safe`, whole or not at all; returns the count
+    of values written (a header alone where there are none)."""
+    values = [outputs.spreadsheet_safe(r) for r in long_records(records)]
+    with outputs.written_whole(path, newline="") as f:
+        f.write(scoring.format_records(values, "csv", LONG_COLUMNS)
+                or ",".join(LONG_COLUMNS) + "\n")
+    return len(values)

@@ -155,7 +155,7 @@ def test_reproduce_accepts_rows_that_moved_with_training_only_if_they_agree_on_a
         return [_Recomputed(p.problem_id, tau, 10.0 + shift + offsets[i])
                 for i, p in enumerate(sample) for tau in p.taus]
 
-    monkeypatch.setattr(cli.sweep_lib, "run_agent", recompute)
+    monkeypatch.setattr(sweep, "run_agent", recompute)
     assert cli.main(["reproduce", "--agent", "mlp", "--sweep", "quick"]) == status
     out = capsys.readouterr().out
     assert "0 of 12 rows agree" in out

@@ -552,3 +552,37 @@ def test_a_full_disk_is_one_error_and_keeps_the_rows_written_before(tmp_path):
         assert [(r["problem_id"], r["tau"]) for r in store.rows()] == [("classification_2d/90", 1)]
         store.write(big)
         assert len(store.rows()) == 8
+
+
+def test_run_rows_selects_one_runs_rows_in_the_problems_order(tmp_path):
+    """Only the config, seed, estimator, status and problem definitions asked for; the
+    problems' order, then tau, then the estimators' order."""
+    other = dataclasses.replace(CONFIG, l2_weight_decay=CONFIG.l2_weight_decay * 2)
+    first, second = list(PROBLEMS)[:2]
+    rows = [_result(second, 1), _result(first, 100), _result(first, 1, status="failed"),
+            _result(first, 1, config=other)]
+    seeded = dataclasses.replace(_result(second, 100), agent_seed=1)
+    monte = dataclasses.replace(_result(second, 1), estimator="monte_carlo")
+    changed = dataclasses.replace(PROBLEMS[second], num_samples=PROBLEMS[second].num_samples + 1)
+    with store_lib.ResultsStore(str(tmp_path / "r.db")) as store:
+        store.write([*rows, seeded, monte])
+        problems = [PROBLEMS[first], PROBLEMS[second]]
+        got = store.run_rows("mlp", [CONFIG], problems, ["auto"], 0)
+        assert [(r["problem_id"], r["tau"]) for r in got] == [(first, 1), (first, 100),
+                                                              (second, 1)]
+        failed = store.run_rows("mlp", [CONFIG], problems, ["auto"], 0, status="failed")
+        assert [(r["problem_id"], r["tau"]) for r in failed] == [(first, 1)]
+        both = store.run_rows("mlp", [CONFIG], [PROBLEMS[second]], ["monte_carlo", "auto"], 0)
+        assert [r["estimator"] for r in both] == ["monte_carlo", "auto"]
+        assert store.run_rows("mlp", [CONFIG], [changed], ["auto"], 0) == []
+
+
+def test_merge_stores_says_what_it_added_and_skipped(tmp_path):
+    first, second = list(PROBLEMS)[:2]
+    paths = [str(tmp_path / name) for name in ("a.db", "b.db")]
+    for path, pids in zip(paths, ([first], [first, second])):
+        with store_lib.ResultsStore(path) as store:
+            store.write([_result(pid, 1) for pid in pids])
+    summary = store_lib.merge_stores(paths, str(tmp_path / "out.db"))
+    assert summary == store_lib.MergeSummary(added=2, duplicates=1, studies_added=0,
+                                             studies_duplicates=0, studies=False)

@@ -1,0 +1,151 @@
+"""The ``neural-testbed`` command.
+
+Each command's module adds its options and runs it by calling the library and
+printing; this module assembles the parser and owns the process: logging,
+settings of JAX, agent plugins, and how an error, a closed pipe, a full disk or
+Ctrl-C ends the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from neural_testbed import compilation_cache, memory, outputs
+from neural_testbed.agents import plugins
+from neural_testbed.cli import compute, listing, options, reproduce, scores, stores, studies
+from neural_testbed.generative import datasets
+from neural_testbed.leaderboard import runner
+from neural_testbed.leaderboard import store as store_lib
+
+__all__ = ["build_parser", "main"]
+
+_PARSERS = {**compute.PARSERS, **scores.PARSERS, **reproduce.PARSERS, **studies.PARSERS,
+            **stores.PARSERS, **listing.PARSERS}
+# The order in which `neural-testbed --help` lists the commands.
+_ORDER = ("run", "sweep", "leaderboard", "compare", "plot", "reproduce", "diagnose",
+          "correlate", "probe", "tal", "xll", "merge", "export", "agents", "problems")
+# The commands that compute results into --db.
+_STORE_WRITERS = ("run", "sweep", "diagnose", "tal", "probe")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser; each command's parser sets ``handler``, the function
+    that runs it."""
+    parser = argparse.ArgumentParser(
+        prog="neural-testbed",
+        description="Evaluate the joint predictions of learning agents on the Neural Testbed.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups = options.groups()
+    for name in _ORDER:
+        _PARSERS[name](commands, groups)
+    return parser
+
+
+def _set_up(args) -> None:
+    """What every command does first: the command owns its process (see memory.py,
+    compilation_cache.py and runner.MATMUL_PRECISION), and agents from plugins and
+    ``--import`` are registered."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    memory.keep_freed_memory()
+    compilation_cache.enable()
+    runner.use_full_float32_products()
+    plugins.load_entry_points()
+    for module in args.imports:
+        plugins.import_agent_module(module)
+
+
+def _run(args) -> int:
+    """Runs the command; after it succeeds, says which built-in datasets stand in for the
+    paper's (results on wine or digits are never to be read as the paper's datasets')."""
+    status = args.handler(args)
+    sys.stdout.flush()  # here, so that a closed pipe is met in main, not at shutdown
+    for note in datasets.stand_in_notes(getattr(args, "built_in_datasets", ())):
+        print(f"note: {note}", file=sys.stderr)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``neural-testbed`` command; returns the exit status.
+
+    Run as the command (``argv`` None), an interrupted command (Ctrl-C) ends
+    the process at once with status 130 after its one-line message, without
+    interpreter shutdown (see :func:`_exit_now`); called with ``argv`` it
+    returns 130 instead. A full disk ends it the same way, with status 2.
+    """
+    if sys.stdout is None:  # started with it closed (`>&-`): a file opened later would get
+        if sys.stderr is not None:  # its descriptor and receive the output
+            print("neural-testbed: error: standard output is closed; redirect it to a file "
+                  "or /dev/null instead", file=sys.stderr)
+        return 2
+    args = None
+    try:
+        args = build_parser().parse_args(argv)
+        _set_up(args)
+        return _run(args)
+    except BrokenPipeError:  # output piped into a reader that stopped (`| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return 141  # as a shell reports a process ended by SIGPIPE
+    except (store_lib.StoreFullError, outputs.DiskFullError) as error:
+        return _disk_full(error, args, argv)
+    except (ValueError, TypeError, store_lib.StoreError) as error:
+        print(f"neural-testbed: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return _interrupted(args, argv)
+
+
+def _disk_full(error: Exception, args, argv: Sequence[str] | None) -> int:
+    """A full disk: one line, saying where the results are kept; status 2."""
+    kept = ""
+    if isinstance(error, outputs.DiskFullError) and args is not None \
+            and args.command in _STORE_WRITERS:
+        kept = f"; the results are kept in {args.db!r}"
+    print(f"neural-testbed: error: {error}{kept}", file=sys.stderr)
+    # Units may still be computing in threads of this process (their results could not
+    # be stored anyway); at interpreter shutdown they would fail and warn, one line a
+    # problem, so the process ends here, as after Ctrl-C.
+    if argv is None:
+        _exit_now(2)
+    return 2
+
+
+def _interrupted(args, argv: Sequence[str] | None) -> int:
+    """Ctrl-C: one line, saying whether a rerun continues; status 130."""
+    # Every store is closed by now: the exception has left each `with` block.
+    if args is not None and args.command in ("run", "sweep", "tal", "probe"):
+        print("neural-testbed: interrupted; everything computed so far is in the store, "
+              "rerun the same command to continue", file=sys.stderr)
+    else:
+        print("neural-testbed: interrupted", file=sys.stderr)
+    if argv is None:
+        _exit_now(130)
+    return 130
+
+
+def _exit_now(status: int) -> None:
+    """Flushes the output and ends the process without interpreter shutdown.
+
+    Ctrl-C interrupts the main thread's wait for an XLA compilation, but the
+    compilation goes on in XLA's own thread pool. Interpreter shutdown then
+    destroys the JAX client under that thread, which crashes the process with
+    a segmentation fault (exit 139) after the message. Nothing is left to
+    save at this point (the store is closed, local workers are stopped, a Ray
+    cluster started here is shut down), so the process ends here instead.
+    """
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:  # as at a normal exit, release the worker pool's semaphores,
+        try:  # or multiprocessing's resource tracker warns about them after our last line
+            mp_util._exit_function()
+        except Exception:  # the process ends anyway
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)

@@ -1,0 +1,68 @@
+"""`merge` and `export`: whole stores combined, or written out as CSV."""
+
+from __future__ import annotations
+
+from neural_testbed import outputs
+from neural_testbed.cli import checks, options
+from neural_testbed.leaderboard import studies
+from neural_testbed.leaderboard import store as store_lib
+
+
+def _add_merge(commands, g: options.Groups) -> None:
+    parser = commands.add_parser(
+        "merge", parents=[g.common], help="combine results stores into one",
+        description="Copy the rows and the stored `tal` and `probe` results of several "
+                    "stores (e.g. the shards of a sweep) into one. Exact duplicates are "
+                    "skipped; rows or results with the same key but different values are "
+                    "refused, and nothing is written.")
+    parser.add_argument("inputs", nargs="+", metavar="DB", help="stores to read")
+    parser.add_argument("-o", "--output", required=True, metavar="DB",
+                        help="store to write (created if missing; may already hold rows)")
+    parser.set_defaults(handler=merge)
+
+
+def _add_export(commands, g: options.Groups) -> None:
+    parser = commands.add_parser(
+        "export", parents=[g.common, g.db],
+        help="write every stored row (or study result) to a CSV file",
+        description="Write every stored row to a CSV file (the predictives kept for `xll` "
+                    "are binary and are not exported; `merge` carries them), or with --table "
+                    "studies the results of `tal` and `probe`, one value per line. For "
+                    f"spreadsheets, {options.SPREADSHEET_NOTE}.")
+    parser.add_argument("-o", "--output", required=True, metavar="CSV", help="the CSV file")
+    parser.add_argument("--table", default="rows", choices=["rows", "studies"],
+                        help="rows (default): one line per stored row; studies: one line per "
+                             "value of the stored tal and probe results, columns "
+                             + ", ".join(studies.LONG_COLUMNS) + " (TAL: name a method, at "
+                             "round=R, then its metacorrelation; probes: name a probe, at its "
+                             "parameter)")
+    parser.set_defaults(handler=export)
+
+
+def merge(args) -> int:
+    """`merge`: the stores' rows and study records into one (:func:`store.merge_stores`)."""
+    summary = store_lib.merge_stores(args.inputs, args.output)
+    line = (f"merged {len(args.inputs)} stores into {args.output}: {summary.added} rows added, "
+            f"{summary.duplicates} exact duplicates skipped")
+    if summary.studies:
+        line += (f"; {summary.studies_added} tal/probe results added, "
+                 f"{summary.studies_duplicates} exact duplicates skipped")
+    print(line)
+    return 0
+
+
+def export(args) -> int:
+    """`export`: every stored row, or every study value, to a CSV file."""
+    checks.output_file(args.output, "-o")
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        if args.table == "rows":
+            count = store.to_csv(args.output, [outputs.spreadsheet_safe(r) for r in store.rows()])
+        else:
+            count = studies.write_long_csv(store.studies(), args.output)
+    print(f"wrote {count} {'rows' if args.table == 'rows' else 'study values'} to "
+          f"{args.output}")
+    return 0
+
+
+# Each command's parser, added by the top-level parser (see cli.build_parser).
+PARSERS = {"merge": _add_merge, "export": _add_export}
