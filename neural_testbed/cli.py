@@ -691,7 +691,7 @@ def _diagnose_problem(args):
 def _cmd_diagnose(args) -> int:
     spec = registry.get_agent(args.agent)
     config = registry.parse_overrides(spec, args.overrides)
-    figures = _figures_module("neural_testbed.diagnostics.figures")
+    figures = _figures_module("neural_testbed.figures.diagnostics")
     _check_output_dir(args.out, "--out")
     problem = _diagnose_problem(args)
     if problem.target == "regression":
@@ -998,7 +998,7 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    plots = _figures_module("neural_testbed.leaderboard.plots")
+    plots = _figures_module("neural_testbed.figures.leaderboard")
     _check_output_dir(args.out, "--out")
     problems = _sweep_problems(args)
     real = problems_lib.get_sweep(args.real_sweep) if args.real_sweep else {}
@@ -1021,7 +1021,7 @@ def _cmd_plot(args) -> int:
                              f"in {args.db}")
         records = correlation.correlate(rows, problems, real, sorted(on_both))
     paths = plots.save_figures(rows, problems, args.out)
-    figures = _figures_module("neural_testbed.diagnostics.figures")
+    figures = _figures_module("neural_testbed.figures.diagnostics")
     if figures.tau_curves(rows, problems):
         paths.append(figures.figure_kl_per_tau(rows, problems,
                                                pathlib.Path(args.out) / "tau_curve.png"))
@@ -1039,7 +1039,7 @@ def _cmd_plot(args) -> int:
 
 def _cmd_correlate(args) -> int:
     if args.plot:  # checked before any work
-        plots = _figures_module("neural_testbed.leaderboard.plots")
+        plots = _figures_module("neural_testbed.figures.leaderboard")
         _check_output_file(args.plot, "--plot")
     agents = list(dict.fromkeys(args.agent))
     synthetic = problems_lib.get_sweep(args.synthetic_sweep)
@@ -1092,7 +1092,7 @@ def _cmd_probe(args) -> int:
     problems = _probe_problems(args)
     probing.check_problems(args.agent, problems, settings)
     if args.out:  # checked before any work
-        figures = _figures_module("neural_testbed.diagnostics.probe_figures")
+        figures = _figures_module("neural_testbed.figures.probes")
         _check_output_dir(args.out, "--out")
     notes = sys.stdout if args.format == "text" else sys.stderr  # CSV and Markdown stay clean
     settings_json = studies.probe_settings_json(settings)
@@ -1154,7 +1154,7 @@ def _cmd_tal(args) -> int:
                                   num_samples=args.samples, methods=methods,
                                   agent_seed=args.seed)
     if args.out:  # checked before any work
-        figures = _figures_module("neural_testbed.active.figures")
+        figures = _figures_module("neural_testbed.figures.active")
         _check_output_file(args.out, "--out")
     sweep = problems_lib.get_sweep(args.sweep)
     if any(p.target != "regression" for p in sweep.values()):
