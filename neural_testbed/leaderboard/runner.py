@@ -38,7 +38,7 @@ __all__ = ["MATMUL_PRECISION", "BatchRunner", "accepts_padding", "error_text", "
 
 # Matrix products in full float32 on every device. A GPU's default is TensorFloat-32
 # (10 mantissa bits): the problems' draws then depended on the device. (It was not the
-# cause of the GP agents' NaN predictions on an H200: see gp_regression.joint_sample.)
+# cause of the GP agents' NaN predictions on an H200: see gaussian_process.joint_sample.)
 # A CPU multiplies in float32 either way: its rows are unchanged.
 MATMUL_PRECISION = "float32"
 
