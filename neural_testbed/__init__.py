@@ -4,7 +4,7 @@ A JAX reimplementation of the Neural Testbed (Osband et al., "Evaluating
 predictive distributions: does Bayesian deep learning work?").
 """
 
-from neural_testbed import agents, base, generative, leaderboard, likelihood
+from neural_testbed import agents, base, evaluation, generative, leaderboard, likelihood
 from neural_testbed.base import (
     ENN,
     Agent,
@@ -28,6 +28,7 @@ __all__ = [
     "agents",
     "as_sampler",
     "base",
+    "evaluation",
     "generative",
     "leaderboard",
     "likelihood",
