@@ -37,8 +37,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import agents, base, leaderboard, memory
-from neural_testbed.likelihood import kl
+from neural_testbed import agents, base, evaluation, leaderboard, memory
 
 
 def _best_of(fn, repeats: int) -> float:
@@ -104,7 +103,8 @@ def time_agent(name: str, config, num_train: int, batch: int, repeats: int,
 
     for tau in t.taus:
         tests = jax.vmap(lambda k, e, tau=tau: t.sample_test(k, e, tau))(keys, envs)
-        evaluate_one = kl.make_evaluator(agent.enn, tau, t.num_classes, t.num_test, t.num_samples)
+        evaluate_one = evaluation.make_evaluator(agent.enn, tau, t.num_classes, t.num_test,
+                                                 t.num_samples)
         evaluate = jax.jit(lambda k, s, e, f=evaluate_one: jax.lax.map(lambda a: f(*a), (k, s, e)))
         start = time.perf_counter()
         compiled = evaluate.lower(keys, states, tests).compile()

@@ -27,7 +27,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import base, leaderboard, likelihood, memory
+from neural_testbed import base, evaluation, leaderboard, memory
 
 _HIDDEN = 50
 
@@ -76,7 +76,7 @@ def main() -> None:
     for name, enn, state in _enns(jax.random.key(0), problem.input_dim, problem.num_classes):
         for tau in (1, 100):
             test = problem.sample_test(jax.random.key(1), env, tau)
-            evaluate = jax.jit(likelihood.make_evaluator(
+            evaluate = jax.jit(evaluation.make_evaluator(
                 enn, tau, problem.num_classes, num_hyperplanes=problem.num_hyperplanes))
             result = jax.block_until_ready(evaluate(jax.random.key(2), state, test))
             seconds = []

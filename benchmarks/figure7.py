@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from neural_testbed import agents, leaderboard, memory
-from neural_testbed.leaderboard import plots
+from neural_testbed.figures import leaderboard as figures
 
 
 def main() -> None:
@@ -65,10 +65,10 @@ def main() -> None:
     print(f"{time.perf_counter() - start:.0f} s")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"wrote {plots.figure_prior_functions(rows, problems, out / 'figure7.png')}")
+    print(f"wrote {figures.figure_prior_functions(rows, problems, out / 'figure7.png')}")
 
-    ratios = plots.prior_function_ratios(rows, problems)
-    best = plots.best_prior_scales(ratios)
+    ratios = figures.prior_function_ratios(rows, problems)
+    best = figures.best_prior_scales(ratios)
     num_trains = sorted({t for by_t in ratios.values() for t in by_t})
     print("\nensemble+ NLL / mlp NLL, mean ± se over seeds, each prior at its best scale "
           "(chosen on these problems)\n")

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural_testbed import gaussian_process
 from neural_testbed.agents import oracle_gp
 from neural_testbed.generative import gp_regression
 from neural_testbed.leaderboard import problems
@@ -52,9 +53,9 @@ def _jacobi(cov: jax.Array) -> jax.Array:
 def _methods() -> dict:
     """``method(cov) -> root`` for each method this device has."""
     methods = {
-        "eigh": gp_regression._square_root,
-        "distinct eigh": gp_regression._square_root_of_distinct,
-        "eigh + jitter": lambda cov: gp_regression._square_root(
+        "eigh": gaussian_process.square_root,
+        "distinct eigh": gaussian_process.square_root_of_distinct,
+        "eigh + jitter": lambda cov: gaussian_process.square_root(
             cov + 1e-6 * jnp.mean(jnp.diag(cov)) * jnp.eye(cov.shape[0])),
     }
     if jax.devices()[0].platform == "gpu":

@@ -20,7 +20,7 @@ import statistics
 
 import jax
 
-from neural_testbed import agents, base, leaderboard, likelihood, memory
+from neural_testbed import agents, base, evaluation, leaderboard, memory
 
 _CONFIGS = {
     "mlp": ("mlp", agents.MLPConfig()),
@@ -55,7 +55,7 @@ def main() -> None:
     for label, (name, config) in _CONFIGS.items():
         agent = agents.get_agent(name).make(config)
         train = jax.jit(agent.train)
-        evaluators = [jax.jit(likelihood.make_evaluator(agent.enn, 100, 2, numerics=numerics))
+        evaluators = [jax.jit(evaluation.make_evaluator(agent.enn, 100, 2, numerics=numerics))
                       for numerics in ("reference", "paper")]
         for temperature in args.temperatures:
             for num_train in args.num_train:

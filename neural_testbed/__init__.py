@@ -4,7 +4,10 @@ A JAX reimplementation of the Neural Testbed (Osband et al., "Evaluating
 predictive distributions: does Bayesian deep learning work?").
 """
 
-from neural_testbed import agents, base, generative, leaderboard, likelihood
+import importlib.metadata
+import pathlib
+
+from neural_testbed import agents, base, evaluation, generative, leaderboard, likelihood
 from neural_testbed.base import (
     ENN,
     Agent,
@@ -16,7 +19,28 @@ from neural_testbed.base import (
     sampler_as_enn,
 )
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, the one source); for a
+    source tree run without installing it (``PYTHONPATH``), its pyproject.toml's; else
+    ``"0+unknown"``. Stored rows carry it, and published baselines are matched on it."""
+    try:
+        return importlib.metadata.version("neural-testbed")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        import tomllib  # Python 3.11+
+
+        with open(pathlib.Path(__file__).parent.parent / "pyproject.toml", "rb") as file:
+            project = tomllib.load(file).get("project", {})
+    except (ImportError, OSError, ValueError):
+        return "0+unknown"
+    if project.get("name") != "neural-testbed":
+        return "0+unknown"
+    return project.get("version", "0+unknown")
+
+
+__version__ = _version()
 
 __all__ = [
     "ENN",
@@ -28,6 +52,7 @@ __all__ = [
     "agents",
     "as_sampler",
     "base",
+    "evaluation",
     "generative",
     "leaderboard",
     "likelihood",

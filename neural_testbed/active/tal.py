@@ -52,11 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from neural_testbed import base
+from neural_testbed import base, gaussian_process
 from neural_testbed.active import selection
 from neural_testbed.agents import oracle_gp
 from neural_testbed.diagnostics import correlations
-from neural_testbed.generative import gp_regression
 
 __all__ = [
     "TALResult",
@@ -158,8 +157,8 @@ def prediction_log_likelihood(kernel: str, data: base.Data, noise_variance, x: j
                               y: jax.Array) -> jax.Array:
     """The prediction model's score: the mean over inputs ``x [n, d]`` of the exact
     posterior's marginal log-density of the noisy labels ``y [n]``."""
-    posterior = gp_regression.condition(kernel, data, noise_variance)
-    mean, cov = gp_regression.posterior_at(kernel, posterior, x)
+    posterior = gaussian_process.condition(kernel, data, noise_variance)
+    mean, cov = gaussian_process.posterior_at(kernel, posterior, x)
     variance = jnp.diag(cov) + noise_variance
     return jnp.mean(-0.5 * ((y - mean) ** 2 / variance + jnp.log(2 * jnp.pi * variance)))
 
@@ -269,7 +268,7 @@ def _run_problem(problem, drawn: _Problem, train, covariance, settings: TALSetti
     if first_covariance is not None:
         targets = first_covariance[num_candidates:, num_candidates:]
         metacorrelation = float(correlations.metacorrelation_of_correlation(
-            gp_regression.correlation(targets), drawn.reference_correlation))
+            gaussian_process.correlation(targets), drawn.reference_correlation))
     return TALResult(problem.problem_id,
                      np.arange(settings.num_rounds + 1) * settings.batch_size,
                      log_likelihood, selected, metacorrelation, time.perf_counter() - start)

@@ -44,9 +44,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from neural_testbed import base, networks
+from neural_testbed import base, gaussian_process, networks
 from neural_testbed.agents import validation
-from neural_testbed.generative import gp_regression
 
 __all__ = ["CNPConfig", "CNPParams", "CNPState", "cnp_sweep", "init_cnp", "make_cnp_agent",
            "max_context", "predict"]
@@ -145,8 +144,8 @@ def _sample_tasks(key: jax.Array, prior: base.RegressionPriorKnowledge, num_func
     # The environment's ridge, on the diagonal: where two float32 draws coincide (about
     # one function in 10^4 at 40 inputs in d = 1), its same-input ridge would leave the
     # covariance singular and the Cholesky factor NaN.
-    cov = (jax.vmap(lambda x: gp_regression.KERNELS[prior.kernel](x, x))(x)
-           + gp_regression.RIDGE * jnp.eye(num_points))
+    cov = (jax.vmap(lambda x: gaussian_process.KERNELS[prior.kernel](x, x))(x)
+           + gaussian_process.RIDGE * jnp.eye(num_points))
     f = jnp.einsum("bij,bj->bi", jnp.linalg.cholesky(cov),
                    jax.random.normal(f_key, (num_functions, num_points)))
     y = f + jnp.sqrt(prior.noise_variance) * jax.random.normal(noise_key, f.shape)

@@ -55,10 +55,9 @@ import jax.numpy as jnp
 import optax
 from jax.scipy.special import ndtr, ndtri
 
-from neural_testbed import base, networks
+from neural_testbed import base, kernels, networks
 from neural_testbed.agents import ensembling, training, validation
 from neural_testbed.agents.ensembling import Bootstrap, TemperatureScaling
-from neural_testbed.generative import kernels
 
 __all__ = [
     "EnsemblePlusConfig",

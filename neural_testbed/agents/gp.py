@@ -21,7 +21,7 @@ Kernels (``GPConfig.kernel``):
   with T = d training pairs (the sweeps' smallest ratio) d lengthscales would
   be fitted from as many points.
 
-Both kernels add the environment's ridge (:data:`gp_regression.RIDGE`, known
+Both kernels add the environment's ridge (:data:`gaussian_process.RIDGE`, known
 to the agent as part of the problem's prior), so that with ``relu_nngp`` at
 the environment's variances and fitting off the agent equals the oracle.
 
@@ -43,9 +43,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from neural_testbed import base
+from neural_testbed import base, gaussian_process, kernels
 from neural_testbed.agents import validation
-from neural_testbed.generative import gp_regression, kernels
 
 __all__ = ["GPConfig", "GPState", "gp_sweep", "hyperparameters", "make_gp_agent", "posterior"]
 
@@ -89,11 +88,11 @@ class GPState:
     """The fitted hyperparameters and the posterior they give."""
 
     log_hyperparameters: dict[str, jax.Array]  # keyword argument of the kernel -> float32 scalar
-    posterior: gp_regression.Posterior
+    posterior: gaussian_process.Posterior
     kernel: str = flax.struct.field(pytree_node=False)
 
 
-def _kernel(name: str, log_hyperparameters: dict[str, jax.Array]) -> gp_regression.Kernel:
+def _kernel(name: str, log_hyperparameters: dict[str, jax.Array]) -> gaussian_process.Kernel:
     function, _ = _KERNELS[name]
     return functools.partial(function, **jax.tree.map(jnp.exp, log_hyperparameters))
 
@@ -105,8 +104,8 @@ def hyperparameters(state: GPState) -> dict[str, jax.Array]:
 
 def posterior(state: GPState, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The posterior mean ``[n]`` and covariance ``[n, n]`` of ``f`` at inputs ``x [n, d]``."""
-    return gp_regression.posterior_at(_kernel(state.kernel, state.log_hyperparameters),
-                                      state.posterior, x)
+    return gaussian_process.posterior_at(_kernel(state.kernel, state.log_hyperparameters),
+                                         state.posterior, x)
 
 
 def make_gp_agent(config: GPConfig = GPConfig()) -> base.Agent:
@@ -128,7 +127,7 @@ def make_gp_agent(config: GPConfig = GPConfig()) -> base.Agent:
         log_params = {name: jnp.log(jnp.float32(value)) for name, value in start.items()}
 
         def loss(log_params):
-            return -gp_regression.log_marginal_likelihood(
+            return -gaussian_process.log_marginal_likelihood(
                 _kernel(config.kernel, log_params), data, prior.noise_variance)
 
         def step(carry, _):
@@ -141,11 +140,12 @@ def make_gp_agent(config: GPConfig = GPConfig()) -> base.Agent:
             (log_params, _), _ = jax.lax.scan(step, (log_params, optimizer.init(log_params)),
                                               length=config.num_steps)
         kernel = _kernel(config.kernel, log_params)
-        return GPState(log_params, gp_regression.condition(kernel, data, prior.noise_variance),
+        return GPState(log_params,
+                       gaussian_process.condition(kernel, data, prior.noise_variance),
                        config.kernel)
 
     def apply(state: GPState, x: jax.Array, key: jax.Array) -> jax.Array:
-        return gp_regression.joint_sample(key, *posterior(state, x))[:, None]
+        return gaussian_process.joint_sample(key, *posterior(state, x))[:, None]
 
     return base.Agent(train, base.ENN(apply, sample_index=lambda key: key))
 

@@ -15,8 +15,7 @@ import dataclasses
 import flax.struct
 import jax
 
-from neural_testbed import base
-from neural_testbed.generative import gp_regression
+from neural_testbed import base, gaussian_process
 
 __all__ = ["OracleGPConfig", "OracleGPState", "make_oracle_gp_agent", "oracle_gp_sweep",
            "posterior"]
@@ -31,13 +30,13 @@ class OracleGPConfig:
 class OracleGPState:
     """The environment's process conditioned on the training pairs."""
 
-    posterior: gp_regression.Posterior
+    posterior: gaussian_process.Posterior
     kernel: str = flax.struct.field(pytree_node=False)
 
 
 def posterior(state: OracleGPState, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The posterior mean ``[n]`` and covariance ``[n, n]`` of ``f`` at inputs ``x [n, d]``."""
-    return gp_regression.posterior_at(state.kernel, state.posterior, x)
+    return gaussian_process.posterior_at(state.kernel, state.posterior, x)
 
 
 def make_oracle_gp_agent(config: OracleGPConfig = OracleGPConfig()) -> base.Agent:
@@ -46,11 +45,11 @@ def make_oracle_gp_agent(config: OracleGPConfig = OracleGPConfig()) -> base.Agen
 
     def train(key: jax.Array, data: base.Data, prior: base.RegressionPriorKnowledge):
         del key  # nothing random: the posterior is exact
-        return OracleGPState(gp_regression.condition(prior.kernel, data, prior.noise_variance),
-                             prior.kernel)
+        return OracleGPState(
+            gaussian_process.condition(prior.kernel, data, prior.noise_variance), prior.kernel)
 
     def apply(state: OracleGPState, x: jax.Array, key: jax.Array) -> jax.Array:
-        return gp_regression.joint_sample(key, *posterior(state, x))[:, None]
+        return gaussian_process.joint_sample(key, *posterior(state, x))[:, None]
 
     return base.Agent(train, base.ENN(apply, sample_index=lambda key: key))
 

@@ -10,10 +10,10 @@ import importlib
 
 # What a command draws -> the module that draws it.
 MODULES = {
-    "leaderboard": "neural_testbed.leaderboard.plots",
-    "diagnostics": "neural_testbed.diagnostics.figures",
-    "probes": "neural_testbed.diagnostics.probe_figures",
-    "tal": "neural_testbed.active.figures",
+    "leaderboard": "neural_testbed.figures.leaderboard",
+    "diagnostics": "neural_testbed.figures.diagnostics",
+    "probes": "neural_testbed.figures.probes",
+    "tal": "neural_testbed.figures.active",
 }
 
 

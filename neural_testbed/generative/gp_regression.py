@@ -2,7 +2,7 @@
 
 A function ``f`` is drawn from a Gaussian process with the kernel of an
 infinitely wide one-hidden-layer ReLU network
-(:func:`kernels.relu_nngp_kernel`), jointly at the T training inputs and a
+(:func:`neural_testbed.kernels.relu_nngp_kernel`), jointly at the T training inputs and a
 pool of P test inputs, all ``x ~ N(0, I_d)``; targets are ``y = f(x) + e``
 with ``e ~ N(0, noise_variance)``. A test tau-sample is tau inputs drawn with
 replacement from the pool, with fresh noise, so its exact log-likelihood under
@@ -10,7 +10,8 @@ replacement from the pool, with fresh noise, so its exact log-likelihood under
 against the fixed sampled function (as the reference testbed's regression
 environment does). The pool makes ``f`` a finite Gaussian vector that can be
 drawn exactly; the posterior given the training data is the oracle
-(:mod:`neural_testbed.agents.oracle_gp`).
+(:mod:`neural_testbed.agents.oracle_gp`). The Gaussian-process algebra is
+:mod:`neural_testbed.gaussian_process`, shared with the agents.
 
 Reference: Wang et al., "Beyond marginal uncertainty: how accurately can
 Bayesian regression models estimate posterior predictive correlations?",
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -29,36 +29,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_testbed import base
-from neural_testbed.generative import kernels
+from neural_testbed.gaussian_process import (
+    KERNELS,
+    condition,
+    correlation,
+    posterior_at,
+    prior_covariance,
+)
 from neural_testbed.likelihood.regression import gaussian_log_density
 
-__all__ = [
-    "GPEnvironment",
-    "GPRegressionProblem",
-    "KERNELS",
-    "Kernel",
-    "Posterior",
-    "condition",
-    "correlation",
-    "joint_sample",
-    "log_marginal_likelihood",
-    "posterior_at",
-    "prior_covariance",
-    "same_input",
-    "sample_test_data",
-]
-
-KERNELS = {"relu_nngp": kernels.relu_nngp_kernel}
-
-# A covariance function ``(x1 [n, d], x2 [m, d]) -> [n, m]``; where a kernel is
-# asked for, a name in KERNELS (the environment's) or such a function (an agent's
-# fitted kernel) is accepted.
-Kernel = Callable[[jax.Array, jax.Array], jax.Array]
-
-# Variance of an independent jitter on f at each distinct input, part of the
-# environment's definition (the oracle's prior includes it): it keeps the
-# joint Cholesky factor of T + P nearby inputs finite in float32.
-RIDGE = 1e-4
+__all__ = ["GPEnvironment", "GPRegressionProblem", "sample_test_data"]
 
 
 class GPEnvironment(NamedTuple):
@@ -72,92 +52,6 @@ class GPEnvironment(NamedTuple):
     probe_y: jax.Array  # [Q] f at the probes plus one draw of the noise (for XLL)
     probe_mean: jax.Array  # [Q] the exact posterior's mean of f
     probe_variance: jax.Array  # [Q] the exact posterior's variance of f
-
-
-def same_input(x1: jax.Array, x2: jax.Array) -> jax.Array:
-    """``[n, m]`` float 1.0 where two inputs are identical: where the ridge applies."""
-    return jnp.all(x1[:, None, :] == x2[None, :, :], axis=-1).astype(x1.dtype)
-
-
-def _kernel_function(kernel: str | Kernel) -> Kernel:
-    return KERNELS[kernel] if isinstance(kernel, str) else kernel
-
-
-def prior_covariance(kernel: str | Kernel, x1: jax.Array, x2: jax.Array) -> jax.Array:
-    """The prior covariance of ``f``: the kernel plus the environment's ridge."""
-    return _kernel_function(kernel)(x1, x2) + RIDGE * same_input(x1, x2)
-
-
-class Posterior(NamedTuple):
-    """The training inputs and the Cholesky solve of their noisy prior covariance."""
-
-    x: jax.Array  # [T, d]
-    chol: jax.Array  # [T, T] lower Cholesky factor of K + ridge + noise
-    alpha: jax.Array  # [T] (K + ridge + noise)^-1 y
-
-
-def condition(kernel: str | Kernel, data: base.Data, noise_variance) -> Posterior:
-    """The Gaussian process of ``kernel`` (plus the ridge) conditioned on noisy
-    training pairs."""
-    cov = prior_covariance(kernel, data.x, data.x)
-    chol = jnp.linalg.cholesky(cov + noise_variance * jnp.eye(data.x.shape[0]))
-    return Posterior(data.x, chol, jax.scipy.linalg.cho_solve((chol, True), data.y))
-
-
-def posterior_at(kernel: str | Kernel, posterior: Posterior,
-                 x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The posterior mean ``[n]`` and covariance ``[n, n]`` of ``f`` at inputs ``x [n, d]``
-    (``kernel`` the one ``posterior`` was conditioned with)."""
-    cross = _kernel_function(kernel)(x, posterior.x)  # [n, T]
-    v = jax.scipy.linalg.solve_triangular(posterior.chol, cross.T, lower=True)  # [T, n]
-    return cross @ posterior.alpha, prior_covariance(kernel, x, x) - v.T @ v
-
-
-def log_marginal_likelihood(kernel: str | Kernel, data: base.Data, noise_variance) -> jax.Array:
-    """``log N(y; 0, K + ridge + noise_variance I)``, the evidence of the T pairs."""
-    posterior = condition(kernel, data, noise_variance)
-    return (-0.5 * jnp.dot(data.y, posterior.alpha) - jnp.sum(jnp.log(jnp.diag(posterior.chol)))
-            - 0.5 * data.y.shape[0] * jnp.log(2 * jnp.pi))
-
-
-def joint_sample(key: jax.Array, mean: jax.Array, cov: jax.Array) -> jax.Array:
-    """One draw ``[n]`` from ``N(mean, cov)``.
-
-    A repeated input has a singular covariance: a square root by eigenvalues
-    (clipped at 0) draws from it where a Cholesky factor would not exist. On a GPU,
-    cuSOLVER's float32 eigendecomposition fails on a few such matrices (NaN for 2 of 6000
-    of the `regression` sweep's 1-d tau = 100 ones on an H200, enough to fail most of the
-    GP agents' rows on those problems; ``benchmarks/gp_sampler_nans.py``), so there the
-    repeated inputs are set aside first (:func:`_square_root_of_distinct`); a CPU keeps
-    LAPACK's square root of the whole matrix, and its draws as they were.
-    """
-    root = jax.lax.platform_dependent(cov, default=_square_root,
-                                      cuda=_square_root_of_distinct)
-    return mean + root @ jax.random.normal(key, mean.shape)
-
-
-def _square_root(cov: jax.Array) -> jax.Array:
-    """``root`` with ``root root^T = cov``, by eigenvalues clipped at 0."""
-    values, vectors = jnp.linalg.eigh(cov)
-    return vectors * jnp.sqrt(jnp.clip(values, 0.0))
-
-
-def _square_root_of_distinct(cov: jax.Array) -> jax.Array:
-    """:func:`_square_root` of ``cov`` without its repeated inputs' rows and columns, each
-    then given its first occurrence's row: exact, as equal inputs have equal rows (their
-    values are one value), and it leaves the eigendecomposition no exactly repeated
-    eigenvalue of 0."""
-    n = cov.shape[0]
-    first = jnp.argmax(jnp.all(cov[:, None, :] == cov[None, :, :], axis=-1), axis=1)
-    repeat = first != jnp.arange(n)
-    distinct = jnp.where(repeat[:, None] | repeat[None, :], jnp.eye(n, dtype=cov.dtype), cov)
-    return _square_root(distinct)[first]
-
-
-def correlation(cov: jax.Array) -> jax.Array:
-    """The correlation matrix of a covariance matrix."""
-    scale = jnp.sqrt(jnp.diag(cov))
-    return cov / (scale[:, None] * scale[None, :])
 
 
 @functools.partial(jax.jit, static_argnames=("num_test", "tau"))

@@ -102,7 +102,7 @@ def _check_side(problems: Mapping[str, Any], metric: str, side: str) -> None:
 
 def _values(rows: Sequence[Mapping[str, Any]], problems: Mapping[str, Any]) -> Values:
     """Each config's kl per problem and tau, over its complete (problem, candidate) results."""
-    complete, _, _ = scoring._collect(rows, problems)
+    complete, _, _ = scoring.collect_scores(rows, problems)
     runs: dict[Config, dict[str, list[dict[int, float]]]] = {}
     for (agent, config_hash, _, _), by_pid in complete.items():
         for pid, score in by_pid.items():

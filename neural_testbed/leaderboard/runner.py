@@ -26,19 +26,19 @@ import jax
 import jax.extend.core
 import numpy as np
 
-from neural_testbed import base, diagnostics
+from neural_testbed import base, diagnostics, evaluation
 from neural_testbed.agents import host
 from neural_testbed.leaderboard import config_batches
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import predictives
-from neural_testbed.likelihood import kl, regression
+from neural_testbed.likelihood import kl
 
 __all__ = ["MATMUL_PRECISION", "BatchRunner", "accepts_padding", "error_text", "failed_rows",
            "run_batch", "use_full_float32_products"]
 
 # Matrix products in full float32 on every device. A GPU's default is TensorFloat-32
 # (10 mantissa bits): the problems' draws then depended on the device. (It was not the
-# cause of the GP agents' NaN predictions on an H200: see gp_regression.joint_sample.)
+# cause of the GP agents' NaN predictions on an H200: see gaussian_process.joint_sample.)
 # A CPU multiplies in float32 either way: its rows are unchanged.
 MATMUL_PRECISION = "float32"
 
@@ -129,9 +129,9 @@ class BatchRunner:
         for tau, tau_estimator in self.evaluations:
             def evaluator(enn, tau=tau, tau_estimator=tau_estimator):
                 if template.target == "regression":
-                    return regression.make_regression_evaluator(
+                    return evaluation.make_regression_evaluator(
                         enn, tau, template.num_test, template.num_samples, tau_estimator)
-                return kl.make_evaluator(
+                return evaluation.make_evaluator(
                     enn, tau, template.num_classes, template.num_test,
                     template.num_samples, tau_estimator, num_hyperplanes=template.num_hyperplanes)
 
@@ -296,7 +296,7 @@ class BatchRunner:
         handles += [handles[-1]] * (len(agent_keys) - len(problems))
         return np.array(handles, np.int32), 0.0, time.perf_counter() - start
 
-    def _row(self, problem, tau, estimator, ev: kl.Evaluation, i, c, train_seconds,
+    def _row(self, problem, tau, estimator, ev: evaluation.Evaluation, i, c, train_seconds,
              compile_seconds, eval_seconds) -> base.ProblemResult:
         values = {name: float(np.asarray(getattr(ev, name))[i])
                   for name in ("kl", "kl_stderr", "accuracy", "ece")}

@@ -12,7 +12,7 @@ clipped infinite KL terms (``num_clipped > 0``), which flatters it.
 
 Statistics: the problems are independent and the (temperature, T) settings
 are fixed strata of about ten seeds each, so every standard error is the
-stratified one (see :func:`_stratified`); the spread *between* settings is
+stratified one (see :func:`stratified`); the spread *between* settings is
 the sweep's design, not noise.
 """
 
@@ -32,11 +32,14 @@ __all__ = [
     "COMPARE_METRICS",
     "SELECTIONS",
     "TUNINGS",
+    "ProblemScore",
+    "collect_scores",
     "compare_agents",
     "format_records",
     "kl_by_setting",
     "score_agents",
     "score_candidates",
+    "stratified",
     "tuned_candidates",
 ]
 
@@ -61,7 +64,9 @@ COMPARE_METRICS: Mapping[str, bool] = types.MappingProxyType({
 
 
 @dataclasses.dataclass
-class _ProblemScore:
+class ProblemScore:
+    """One candidate's scores on one problem, gathered from its ok rows."""
+
     kl: dict[int, float]  # tau -> KL
     accuracy: float = math.nan  # of the smallest tau's evaluation
     ece: float = math.nan
@@ -87,7 +92,7 @@ def _mean(values: Sequence[float | None]) -> float:
     return sum(values) / len(values)
 
 
-def _stratified(values: Iterable[tuple[Setting, float]]) -> tuple[float, float, int]:
+def stratified(values: Iterable[tuple[Setting, float]]) -> tuple[float, float, int]:
     """Mean of per-problem values, its stratified standard error, and the number of strata.
 
     mean = sum_s (n_s/n) mean_s (the plain mean) and var = sum_s (n_s/n)^2 s2_s / n_s,
@@ -113,7 +118,7 @@ def _stratified(values: Iterable[tuple[Setting, float]]) -> tuple[float, float, 
     return mean, math.sqrt(var), len(groups)
 
 
-def _ratio(mine: Mapping[str, _ProblemScore], base: Mapping[str, _ProblemScore], tau: int,
+def _ratio(mine: Mapping[str, ProblemScore], base: Mapping[str, ProblemScore], tau: int,
            problems: Mapping[str, Any]) -> tuple[float, float]:
     """R = A / B over the problems both cover, with its delta-method standard error.
 
@@ -129,7 +134,7 @@ def _ratio(mine: Mapping[str, _ProblemScore], base: Mapping[str, _ProblemScore],
     r = a / b
     residuals = [(_setting(problems[pid]), mine[pid].kl[tau] - r * base[pid].kl[tau])
                  for pid in pids]
-    return r, _stratified(residuals)[1] / abs(b)
+    return r, stratified(residuals)[1] / abs(b)
 
 
 def _p_value(mean: float, stderr: float, df: int) -> float:
@@ -154,8 +159,8 @@ def _verdict(mean: float, p_value: float, higher_is_better: bool = False) -> str
 PerProblem = Mapping[tuple[str, str, int, str], Mapping[str, float]]
 
 
-def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
-             per_problem: PerProblem | None = None):
+def collect_scores(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
+                   per_problem: PerProblem | None = None):
     """candidate -> problem id -> scores, from ok rows of the sweep's problems; each
     problem's diagnostics gain the ``per_problem`` values of its (agent, config hash,
     agent seed, problem id).
@@ -163,7 +168,7 @@ def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
     Raises:
       ValueError: if those rows mix metrics (KL and NLL): a mean over both means nothing.
     """
-    scores: dict[Candidate, dict[str, _ProblemScore]] = {}
+    scores: dict[Candidate, dict[str, ProblemScore]] = {}
     configs: dict[Candidate, str] = {}
     metrics = set()
     for r in rows:
@@ -175,7 +180,7 @@ def _collect(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
         metrics.add(r.get("metric") or "kl")  # rows from before the column: KL
         cand = (r["agent"], r["config_hash"], r["estimator"], r["agent_seed"])
         configs[cand] = r["config"]
-        s = scores.setdefault(cand, {}).setdefault(r["problem_id"], _ProblemScore(kl={}))
+        s = scores.setdefault(cand, {}).setdefault(r["problem_id"], ProblemScore(kl={}))
         s.kl[r["tau"]] = r["kl"]
         s.sources.add(r.get("source", "local"))
         if r.get("num_clipped") or 0:
@@ -227,7 +232,7 @@ def _halves(problems: Mapping[str, Any], selection: str) -> tuple[set[str], set[
     return select, report
 
 
-def _agg(by_pid: Mapping[str, _ProblemScore], taus: Sequence[int]) -> float:
+def _agg(by_pid: Mapping[str, ProblemScore], taus: Sequence[int]) -> float:
     if not by_pid:
         return math.inf
     return sum(_mean([s.kl[tau] for s in by_pid.values()]) / tau for tau in taus)
@@ -252,7 +257,7 @@ def _tuned(agent: str, scores, configs, problems, tuning: str, halves):
     if tuning == "global":
         best = _best(cands, scores, select, taus)
         return {pid: s for pid, s in scores[best].items() if pid in report}, configs[best], best[1]
-    chosen: dict[str, _ProblemScore] = {}
+    chosen: dict[str, ProblemScore] = {}
     hashes = []
     for setting in sorted({_setting(p) for p in problems.values()}):
         pids = {pid for pid, p in problems.items() if _setting(p) == setting}
@@ -320,7 +325,7 @@ def score_agents(
     Returns:
       The records and a list of warnings (e.g. no baseline results).
     """
-    scores, configs, metric = _collect(rows, problems, per_problem)
+    scores, configs, metric = collect_scores(rows, problems, per_problem)
     names = list(dict.fromkeys([*diagnostics_report.ROW_METRICS,
                                 *(n for values in (per_problem or {}).values() for n in values)]))
     halves = _halves(problems, selection)
@@ -352,8 +357,8 @@ def score_agents(
     for agent, by_pid, config, hashes, extra in chosen:
         record: dict[str, Any] = {"agent": agent}
         for tau in taus:
-            mean, se, _ = _stratified((_setting(problems[pid]), s.kl[tau])
-                                      for pid, s in by_pid.items())
+            mean, se, _ = stratified((_setting(problems[pid]), s.kl[tau])
+                                     for pid, s in by_pid.items())
             norm, norm_se = _ratio(by_pid, base, tau, problems) if base else (math.nan, math.nan)
             record[f"kl_{tau}"] = mean
             record[f"kl_{tau}_stderr"] = se
@@ -363,7 +368,7 @@ def score_agents(
         record["accuracy"] = _mean([s.accuracy for s in by_pid.values()])
         record["ece"] = _mean([s.ece for s in by_pid.values()])
         for name in names:  # over the problems that have it
-            record[name], record[f"{name}_stderr"] = _stratified(
+            record[name], record[f"{name}_stderr"] = stratified(
                 (_setting(problems[pid]), s.diagnostics[name]) for pid, s in by_pid.items()
                 if not math.isnan(s.diagnostics.get(name, math.nan)))[:2]
         record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
@@ -402,7 +407,7 @@ def _default_candidate(agent: str, scores, defaults: Mapping[str, str], select: 
     return _best(cands, scores, select, taus) if cands else None
 
 
-def _source(by_pid: Mapping[str, _ProblemScore]) -> str:
+def _source(by_pid: Mapping[str, ProblemScore]) -> str:
     """Where a record's rows came from: ``local``, ``published`` or both."""
     return "+".join(sorted(set().union(*(s.sources for s in by_pid.values())))) or "local"
 
@@ -437,7 +442,7 @@ def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
 
     Degrees of freedom: pairs minus strata (each setting's mean is estimated).
     """
-    mean, se, strata = _stratified(pairs)
+    mean, se, strata = stratified(pairs)
     df = len(pairs) - strata
     p_value = _p_value(mean, se, df)
     where = {"temperature": setting[0] if setting else None,
@@ -503,7 +508,7 @@ def compare_agents(
     """
     if metric not in COMPARE_METRICS:
         raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(COMPARE_METRICS)}")
-    scores, configs, _ = _collect(rows, problems, per_problem)
+    scores, configs, _ = collect_scores(rows, problems, per_problem)
     halves = _halves(problems, selection)
     present = {c[0] for c in scores}
     for name in (agent, *baselines):
@@ -585,7 +590,7 @@ def tuned_candidates(rows: Iterable[Mapping[str, Any]],
                      problems: Mapping[str, Any]) -> dict[str, Candidate]:
     """Each agent's globally tuned (agent, config hash, estimator, agent seed): the
     candidate the default leaderboard reports (``tuning="global"``, ``selection="same"``)."""
-    scores, _, _ = _collect(rows, problems)
+    scores, _, _ = collect_scores(rows, problems)
     return {agent: _best([c for c in scores if c[0] == agent], scores, set(problems),
                          _taus(problems))
             for agent in sorted({c[0] for c in scores})}
@@ -600,7 +605,7 @@ def score_candidates(
     problems it covers), ``kl_agg``, ``seconds_per_problem``, ``problems`` and
     ``source`` (see :func:`score_agents`).
     """
-    scores, configs, _ = _collect(rows, problems)
+    scores, configs, _ = collect_scores(rows, problems)
     taus = _taus(problems)
     records = []
     for cand, by_pid in sorted(scores.items()):
@@ -623,7 +628,7 @@ def kl_by_setting(
 
     With ``selection="held-out"`` the means are over each setting's reported half.
     """
-    scores, configs, _ = _collect(rows, problems)
+    scores, configs, _ = collect_scores(rows, problems)
     halves = _halves(problems, selection)
     records = []
     for agent in sorted({c[0] for c in scores}):
@@ -631,7 +636,7 @@ def kl_by_setting(
         for setting in sorted({_setting(p) for p in problems.values()}):
             pids = [pid for pid in by_pid if _setting(problems[pid]) == setting]
             for tau in _taus(problems):
-                mean, se, _ = _stratified((setting, by_pid[pid].kl[tau]) for pid in pids)
+                mean, se, _ = stratified((setting, by_pid[pid].kl[tau]) for pid in pids)
                 records.append({"agent": agent, "temperature": setting[0], "num_train": setting[1],
                                 "tau": tau, "kl": mean, "kl_stderr": se, "problems": len(pids),
                                 "source": _source({pid: by_pid[pid] for pid in pids}),

@@ -121,8 +121,8 @@ def xll_scores(store: store_lib.ResultsStore, problems: Mapping[str, Any],
             values[agent].append((problem.stratum, float(score), float(rank)))
     records = []
     for agent in agents:
-        xll_mean, xll_se, _ = scoring._stratified((s, v) for s, v, _ in values[agent])
-        rank_mean, rank_se, _ = scoring._stratified((s, r) for s, _, r in values[agent])
+        xll_mean, xll_se, _ = scoring.stratified((s, v) for s, v, _ in values[agent])
+        rank_mean, rank_se, _ = scoring.stratified((s, r) for s, _, r in values[agent])
         records.append({"agent": agent, "xll": xll_mean, "xll_stderr": xll_se,
                         "xllr": rank_mean, "xllr_stderr": rank_se, "problems": len(common),
                         "of": len(problems), "config_hash": chosen[agent][1]})

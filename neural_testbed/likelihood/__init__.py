@@ -1,5 +1,7 @@
-"""Joint log-likelihood estimators and the KL (or NLL) estimate; ``regression`` for
-regression problems."""
+"""Joint log-likelihood estimators and the KL (or NLL) estimate over any problem's test
+samples; ``regression`` for regression problems. The package needs nothing of the
+testbed but :mod:`neural_testbed.base`: the evaluators that apply it to an agent's belief
+samples, with the diagnostics, are :mod:`neural_testbed.evaluation`."""
 
 from neural_testbed.likelihood import regression
 
@@ -12,19 +14,19 @@ from neural_testbed.likelihood.estimators import (
 from neural_testbed.likelihood.kl import (
     ESTIMATORS,
     Estimator,
-    Evaluation,
     choose_estimator,
-    evaluate_sampler,
-    make_evaluator,
+    clip_infinite_terms,
+    evaluations,
+    kl_estimate,
 )
 
 __all__ = [
     "ESTIMATORS",
     "Estimator",
-    "Evaluation",
     "choose_estimator",
-    "evaluate_sampler",
-    "make_evaluator",
+    "clip_infinite_terms",
+    "evaluations",
+    "kl_estimate",
     "monte_carlo_log_likelihood",
     "partition_cells",
     "partition_log_likelihood",

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import base
+from neural_testbed import base, gaussian_process
 from neural_testbed.active import tal
 from neural_testbed.agents import mlp, oracle_gp
 from neural_testbed.generative import gp_regression
@@ -66,7 +66,7 @@ def test_the_score_is_the_exact_posteriors_mean_marginal_log_likelihood():
     # program, then float64: the pool inputs are not training inputs, so each block is the
     # covariance of its two input sets.
     z = np.concatenate([xt, x]).astype(np.float32)
-    joint = np.asarray(jax.jit(gp_regression.prior_covariance, static_argnums=0)(
+    joint = np.asarray(jax.jit(gaussian_process.prior_covariance, static_argnums=0)(
         "relu_nngp", z, z), np.float64)
     t = len(xt)
     k_train, k_cross, k_pool = joint[:t, :t], joint[t:, :t], joint[t:, t:]

@@ -9,9 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import agents, base, leaderboard
+from neural_testbed import agents, base, gaussian_process, leaderboard
 from neural_testbed.agents import cnp
-from neural_testbed.generative import gp_regression
 
 # The contract test's regression problem and small config, so their programs compile once.
 PROBLEM = leaderboard.get_sweep("regression-quick")["regression/60"]
@@ -99,8 +98,8 @@ def _held_out_functions(key, num_functions, num_points):
     x = jax.random.normal(x_key, (num_functions, num_points, 1))
 
     def draw(x, key):
-        cov = gp_regression.prior_covariance("relu_nngp", x, x)
-        return gp_regression.joint_sample(key, jnp.zeros(num_points), cov)
+        cov = gaussian_process.prior_covariance("relu_nngp", x, x)
+        return gaussian_process.joint_sample(key, jnp.zeros(num_points), cov)
 
     f = jax.jit(jax.vmap(draw))(x, jax.random.split(f_key, num_functions))
     return x, f + np.sqrt(NOISE) * jax.random.normal(noise_key, f.shape)

@@ -7,9 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import agents, base, generative, leaderboard
+from neural_testbed import agents, base, evaluation, generative, leaderboard
 from neural_testbed.agents import dropout
-from neural_testbed.likelihood import kl
 
 PAPER = leaderboard.get_sweep("paper")
 # temperature 0.1, T = 10, seed 0
@@ -102,7 +101,7 @@ def test_trains_under_vmap_with_traced_temperature_and_evaluates():
     agent = dropout.make_dropout_agent(SMALL)
     params = jax.jit(jax.vmap(agent.train))(jax.random.split(jax.random.key(0), 3), data, prior)
     assert params[0]["w"].shape == (3, 2, 50)
-    evaluate = jax.jit(kl.make_evaluator(agent.enn, tau=10, num_classes=2, num_test=20,
+    evaluate = jax.jit(evaluation.make_evaluator(agent.enn, tau=10, num_classes=2, num_test=20,
                                          num_samples=50))
     one = jax.tree.map(lambda a: a[0], params)
     test = generative.sample_test_data(jax.random.key(2), loaded[0][0], 20, 10)

@@ -8,9 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import agents, base, leaderboard
+from neural_testbed import agents, base, gaussian_process, kernels, leaderboard
 from neural_testbed.agents import gp, oracle_gp
-from neural_testbed.generative import gp_regression, kernels
 
 # The contract test's regression problem (d = 10, T = 10), so its programs compile once.
 PROBLEM = leaderboard.get_sweep("regression-quick")["regression/60"]
@@ -39,7 +38,7 @@ def test_the_environments_kernel_unfitted_is_the_oracle():
 @jax.jit
 def _negative_log_evidence(log_params, data, noise_variance):
     kernel = functools.partial(kernels.rbf_kernel, **jax.tree.map(jnp.exp, log_params))
-    return -gp_regression.log_marginal_likelihood(kernel, data, noise_variance)
+    return -gaussian_process.log_marginal_likelihood(kernel, data, noise_variance)
 
 
 def test_fitting_recovers_an_rbf_lengthscale():
@@ -56,7 +55,7 @@ def test_fitting_recovers_an_rbf_lengthscale():
         kernel = functools.partial(kernels.rbf_kernel, signal_variance=1.0, lengthscale=0.5)
         x_key, f_key, noise_key = jax.random.split(key, 3)
         x = jax.random.normal(x_key, (num_train, d))
-        chol = jnp.linalg.cholesky(gp_regression.prior_covariance(kernel, x, x))
+        chol = jnp.linalg.cholesky(gaussian_process.prior_covariance(kernel, x, x))
         f = chol @ jax.random.normal(f_key, (num_train,))
         return base.Data(x, f + np.sqrt(noise) * jax.random.normal(noise_key, (num_train,)))
 
@@ -69,7 +68,7 @@ def test_fitting_recovers_an_rbf_lengthscale():
 
     def covariance(log_params):
         kernel = functools.partial(kernels.rbf_kernel, **jax.tree.map(jnp.exp, log_params))
-        return gp_regression.prior_covariance(kernel, x, x) + noise * jnp.eye(num_train)
+        return gaussian_process.prior_covariance(kernel, x, x) + noise * jnp.eye(num_train)
 
     names = ("signal_variance", "lengthscale")
     cov, grads = jax.jit(lambda p: (covariance(p), jax.jacfwd(covariance)(p)))(truth)

@@ -10,9 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from neural_testbed import agents, base, generative, leaderboard
+from neural_testbed import agents, base, evaluation, generative, leaderboard
 from neural_testbed.agents import sgmcmc
-from neural_testbed.likelihood import kl
 
 PAPER = leaderboard.get_sweep("paper")
 # temperature 0.1, T = 10, seed 0
@@ -219,7 +218,7 @@ def test_trains_under_vmap_with_minibatches_and_evaluates():
     agent = sgmcmc.make_sgmcmc_agent(dataclasses.replace(SMALL, batch_size=4))
     snapshots = jax.jit(jax.vmap(agent.train))(jax.random.split(jax.random.key(0), 3), data, prior)
     assert snapshots[0]["w"].shape == (3, 10, 2, 50)
-    evaluate = jax.jit(kl.make_evaluator(agent.enn, tau=10, num_classes=2, num_test=20,
+    evaluate = jax.jit(evaluation.make_evaluator(agent.enn, tau=10, num_classes=2, num_test=20,
                                          num_samples=50))
     test = generative.sample_test_data(jax.random.key(2), loaded[0][0], 20, 10)
     result = evaluate(jax.random.key(1), jax.tree.map(lambda a: np.asarray(a)[0], snapshots), test)

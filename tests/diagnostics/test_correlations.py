@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from neural_testbed import base, diagnostics
+from neural_testbed import base, diagnostics, gaussian_process
 from neural_testbed.agents import oracle_gp
 from neural_testbed.generative import gp_regression
-from neural_testbed.likelihood import regression
+from neural_testbed.evaluation import regression
 
 PROBLEM = gp_regression.GPRegressionProblem(
     "regression/0", input_dim=2, num_train=10, seed=3, num_pool=60, num_probes=30,
@@ -34,7 +34,7 @@ def _prior_agent():
     """Samples f from the environment's prior at the inputs of each call: ignores the data."""
     def apply(state, x, key):
         del state
-        cov = gp_regression.prior_covariance("relu_nngp", x, x)
+        cov = gaussian_process.prior_covariance("relu_nngp", x, x)
         values, vectors = jnp.linalg.eigh(cov)
         return (vectors * jnp.sqrt(jnp.clip(values, 0.0)) @ jax.random.normal(
             key, (x.shape[0],)))[:, None]
@@ -58,8 +58,8 @@ def test_the_exact_posterior_has_metacorrelation_one():
 def test_a_data_blind_agent_scores_the_priors_metacorrelation():
     data, prior, env = PROBLEM.instance()
     probes = np.asarray(env.pool_x)[:PROBLEM.num_probes]
-    prior_correlation = jax.jit(lambda x: gp_regression.correlation(
-        gp_regression.prior_covariance("relu_nngp", x, x)))(probes)
+    prior_correlation = jax.jit(lambda x: gaussian_process.correlation(
+        gaussian_process.prior_covariance("relu_nngp", x, x)))(probes)
     rows, cols = np.triu_indices(PROBLEM.num_probes, k=1)
     exact = np.corrcoef(np.asarray(prior_correlation)[rows, cols],
                         np.asarray(env.probe_correlation)[rows, cols])[0, 1]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from neural_testbed import base
+from neural_testbed import base, gaussian_process
 from neural_testbed.agents import oracle_gp
 from neural_testbed.diagnostics import probes
 from neural_testbed.generative import gp_regression
@@ -39,9 +39,9 @@ def _problem(num_train, seed, input_dim=2):
 def _exact_probes_of(instance):
     """The probes of the exact posterior, from its mean and variances (no sampling)."""
     data, prior, env = instance
-    posterior = gp_regression.condition("relu_nngp", data, prior.noise_variance)
-    mean, cov = gp_regression.posterior_at("relu_nngp", posterior, env.pool_x)
-    _, train_cov = gp_regression.posterior_at("relu_nngp", posterior, data.x)
+    posterior = gaussian_process.condition("relu_nngp", data, prior.noise_variance)
+    mean, cov = gaussian_process.posterior_at("relu_nngp", posterior, env.pool_x)
+    _, train_cov = gaussian_process.posterior_at("relu_nngp", posterior, data.x)
     variance = jnp.diag(cov)
     std = probes.predictive_std(variance, NOISE)
     train_std = probes.predictive_std(jnp.diag(train_cov), NOISE)

@@ -130,8 +130,8 @@ def test_the_leaderboard_averages_the_metacorrelation(oracle_rows):
 
 
 def test_plot_titles_regression_panels_and_diagnose_refuses_regression(tmp_path, capsys):
-    from neural_testbed.leaderboard import plots
-    assert plots._temperature_title((10, 0.01)) == "d = 10, noise variance 0.01"
+    from neural_testbed.figures import leaderboard as figures
+    assert figures._temperature_title((10, 0.01)) == "d = 10, noise variance 0.01"
     db = tmp_path / "d.db"
     assert cli.main(["diagnose", "--agent", "mlp", "--sweep", "regression-quick",
                      "--problem", "regression/0", "--db", str(db), "--out",

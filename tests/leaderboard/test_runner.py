@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_testbed import agents, base, generative, leaderboard, likelihood
+from neural_testbed import agents, base, evaluation, generative, leaderboard
 from neural_testbed.leaderboard import runner
 
 PAPER = leaderboard.get_sweep("paper")
@@ -89,7 +89,7 @@ def test_runner_matches_evaluating_the_trained_sampler_directly():
     state = FAST_MLP.train(jax.random.fold_in(keys.agent, 0), data, prior)
     data_key, eval_key = jax.random.split(jax.random.fold_in(keys.test, 1))
     test = problem.sample_test(data_key, env, 1)
-    ev = likelihood.evaluate_sampler(eval_key, base.as_sampler(FAST_MLP.enn, state), test, 2,
+    ev = evaluation.evaluate_sampler(eval_key, base.as_sampler(FAST_MLP.enn, state), test, 2,
                                      num_samples=problem.num_samples)
     np.testing.assert_allclose(row.kl, float(ev.kl), rtol=1e-4, atol=1e-6)
 

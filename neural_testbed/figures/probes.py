@@ -2,7 +2,7 @@
 
 Drawn from :func:`neural_testbed.leaderboard.probing.probe_problems`'s
 results and :func:`~neural_testbed.leaderboard.probing.summarise`'s records,
-on Agg canvases of their own (never pyplot), like every figure of the package.
+on canvases of :mod:`neural_testbed.figures.canvas`, like every figure of the package.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from neural_testbed.leaderboard.plots import new_figure, save_figure  # needs matplotlib
+from neural_testbed.figures.canvas import new_figure, save_figure
 
 __all__ = ["figure_inclusion", "figure_self_certainty", "figure_uncertainty_reduction",
            "figure_variance_by_distance", "save_probe_figures"]

@@ -1,6 +1,6 @@
 """TAL's figure: the prediction model's test log-likelihood against the number of
-labels queried, one line per selection method (Wang et al.'s Figure 3), drawn on
-its own Agg canvas like every figure of :mod:`neural_testbed.leaderboard.plots`."""
+labels queried, one line per selection method (Wang et al.'s Figure 3), drawn on a
+canvas of :mod:`neural_testbed.figures.canvas` like every figure of the package."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from neural_testbed.leaderboard.plots import new_figure, save_figure  # needs matplotlib
+from neural_testbed.figures.canvas import new_figure, save_figure
 
 __all__ = ["figure_tal"]
 

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import base, diagnostics, generative, likelihood
-from neural_testbed.likelihood import kl as kl_lib
+from neural_testbed import base, diagnostics, evaluation, generative
+from neural_testbed.likelihood import kl
 
 ENV = generative.sample_environment(jax.random.key(0), temperature=0.1)
 K = 2  # the environment's classes
@@ -54,7 +54,7 @@ ONE = base.ENN(
 def _evaluator(enn_name, tau, num_test=NUM_TEST):
     """Jitted; a call with test samples without ``ood_x`` compiles a second program."""
     enn = {"three": THREE, "one": ONE}[enn_name]
-    return jax.jit(likelihood.make_evaluator(enn, tau, num_classes=K, num_test=num_test,
+    return jax.jit(evaluation.make_evaluator(enn, tau, num_classes=K, num_test=num_test,
                                              num_samples=NUM_SAMPLES))
 
 
@@ -164,7 +164,7 @@ def test_distinct_samples_and_occupied_cells():
     assert math.isnan(float(tau1.occupied_cells))  # Monte Carlo has no cells
 
     tau10 = _evaluate("three", SCALED, 10).diagnostics
-    assert kl_lib.choose_estimator(10) == "partition"
+    assert kl.choose_estimator(10) == "partition"
     cells = float(tau10.occupied_cells)
     assert 1.0 <= cells <= min(NUM_SAMPLES, 2**7)
     assert cells <= float(tau10.distinct_samples) == 3.0
@@ -191,16 +191,3 @@ def test_kl_of_one_network_grows_linearly_in_tau():
     # One network falls in one cell.
     np.testing.assert_allclose(evs[10].diagnostics.occupied_cells, 1.0)
     np.testing.assert_allclose(evs[20].diagnostics.occupied_cells, 1.0)
-
-
-def test_evaluations_of_a_tau_curve():
-    assert likelihood.kl.evaluations((1, 100)) == [(1, "auto"), (100, "auto")]
-    assert likelihood.kl.evaluations((1, 2, 5, 10, 20)) == [
-        (1, "auto"), (2, "auto"), (5, "auto"), (10, "auto"), (20, "auto"), (10, "monte_carlo")]
-    assert likelihood.kl.evaluations((1, 2, 5), "partition") == [
-        (1, "partition"), (2, "partition"), (5, "partition")]
-    # No tau on partitioning, or every tau on it: nothing to compare, nothing added.
-    assert likelihood.kl.evaluations((1, 2, 5)) == [(1, "auto"), (2, "auto"), (5, "auto")]
-    assert likelihood.kl.evaluations((10, 20, 50)) == [(10, "auto"), (20, "auto"), (50, "auto")]
-    # The first tau on partitioning gets the Monte Carlo row, whatever the order.
-    assert likelihood.kl.evaluations((20, 1, 2, 10))[-1] == (10, "monte_carlo")

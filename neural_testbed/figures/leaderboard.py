@@ -3,12 +3,8 @@
 Figure 2 (normalised KL per agent), Figures 8 and 9 (KL against T per
 temperature), Figure 10 (normalised d_KL^100 against training time), Figure 5
 (an environment's class-probability map beside sampled members of an agent)
-and Figure 6b (real-data against testbed scores, one point per config). Each
-figure is a :class:`matplotlib.figure.Figure` drawn on its own
-Agg canvas, not through ``pyplot``: the module never changes the process-wide
-backend or pyplot state, so it works headless (no display) and leaves a user's
-interactive session alone. Sizes are fixed (figsize x dpi), so the files are
-the same size whatever the data.
+and Figure 6b (real-data against testbed scores, one point per config), each on
+a canvas of :mod:`neural_testbed.figures.canvas`.
 """
 
 from __future__ import annotations
@@ -21,22 +17,15 @@ import pathlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-try:
-    import matplotlib
-    from matplotlib import ticker
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-except ImportError as error:  # matplotlib is only needed for plots
-    raise ImportError(
-        "neural_testbed.leaderboard.plots needs matplotlib: pip install matplotlib"
-    ) from error
-
 import jax
 import jax.numpy as jnp
+import matplotlib
 import numpy as np
+from matplotlib import ticker
 
-from neural_testbed import base, generative, outputs
+from neural_testbed import base, generative
 from neural_testbed.agents import host, registry
+from neural_testbed.figures.canvas import new_figure, save_figure
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
@@ -50,14 +39,11 @@ __all__ = [
     "figure_normalised_kl",
     "figure_prior_functions",
     "figure_testbed_vs_real",
-    "new_figure",
     "prior_function_label",
     "prior_function_ratios",
-    "save_figure",
     "save_figures",
 ]
 
-_DPI = 100
 _SIZE_FIGURE_2 = (10, 4)  # inches; 1000 x 400 pixels
 _SIZE_FIGURES_8_9 = (12, 4)  # 1200 x 400
 _SIZE_FIGURE_10 = (7, 5)  # 700 x 500
@@ -66,23 +52,6 @@ _SIZE_FIGURE_7 = (10, 7)  # 1000 x 700
 _PANEL_FIGURE_5 = 3  # inches per panel, plus 1 for the colour bar; 4 high
 _SNR = {0.01: "high SNR", 0.1: "medium SNR", 0.5: "low SNR"}  # the paper's temperatures
 _GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
-
-
-def new_figure(figsize: tuple[float, float]) -> Figure:
-    """A figure on its own Agg canvas (never pyplot's), laid out to fit."""
-    figure = Figure(figsize=figsize, dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def save_figure(figure: Figure, path: str | os.PathLike) -> pathlib.Path:
-    """Writes ``figure`` as a PNG at the fixed DPI (its folder made if missing), whole or
-    not at all (see :func:`outputs.written_whole`)."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with outputs.written_whole(path, "wb") as file:
-        figure.savefig(file, dpi=_DPI, format="png")
-    return path
 
 
 # tab20's slot for each built-in agent, so that an agent keeps its colour in every figure

@@ -1,9 +1,10 @@
 """Figures of the diagnostics: reliability diagram, UPDS, rejection curves, and the
 d_KL^tau / tau curve.
 
-Drawn from stored rows (their ``diagnostics`` JSON, see :mod:`report`) on an
-Agg canvas of their own, never through ``pyplot``, like the paper's figures in
-:mod:`neural_testbed.leaderboard.plots`.
+Drawn from stored rows (their ``diagnostics`` JSON, see
+:mod:`neural_testbed.diagnostics.report`) on canvases of
+:mod:`neural_testbed.figures.canvas`, like the paper's figures in
+:mod:`neural_testbed.figures.leaderboard`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from neural_testbed.diagnostics import report
-from neural_testbed.leaderboard.plots import new_figure, save_figure  # needs matplotlib
+from neural_testbed.figures.canvas import new_figure, save_figure
 from neural_testbed.likelihood import kl
 
 __all__ = ["figure_kl_per_tau", "figure_rejection", "figure_reliability", "figure_upds",

@@ -1,4 +1,4 @@
-"""Plots: each figure is a valid PNG of the chosen size, from a small hand-made results table."""
+"""The paper's figures: each a valid PNG of its size, from a small hand-made results table."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 
 from neural_testbed import agents, base, leaderboard
 from neural_testbed.agents import registry
-from neural_testbed.leaderboard import plots, scoring
+from neural_testbed.figures import canvas
+from neural_testbed.figures import leaderboard as figures
+from neural_testbed.leaderboard import scoring
 
 # 2 temperatures x 2 T x 2 seeds of the paper sweep: 8 problems.
 PROBLEMS = {
@@ -68,22 +70,22 @@ def test_each_figure_is_a_png_of_its_size(tmp_path):
     rows = _rows()
     backend = matplotlib.get_backend()
     records = scoring.score_agents(rows, PROBLEMS, tuning="per-setting")[0]
-    assert plots.figure_normalised_kl(records, tmp_path / "f2.png") == tmp_path / "f2.png"
+    assert figures.figure_normalised_kl(records, tmp_path / "f2.png") == tmp_path / "f2.png"
     assert _png_size(tmp_path / "f2.png") == (1000, 400)
     settings = scoring.kl_by_setting(rows, PROBLEMS)
     for tau in (1, 100):
-        path = plots.figure_kl_vs_num_train(settings, tau, tmp_path / f"f_{tau}.png")
+        path = figures.figure_kl_vs_num_train(settings, tau, tmp_path / f"f_{tau}.png")
         assert _png_size(path) == (1200, 400)
     candidates = scoring.score_candidates(rows, PROBLEMS)
     mlp_kl_100 = next(r["kl_100"] for r in records if r["agent"] == "mlp")
-    path = plots.figure_kl_vs_time(candidates, mlp_kl_100, tmp_path / "f10.png")
+    path = figures.figure_kl_vs_time(candidates, mlp_kl_100, tmp_path / "f10.png")
     assert _png_size(path) == (700, 500)
     assert matplotlib.get_backend() == backend  # the user's backend is left alone
 
 
 def test_save_figures_writes_the_four_figures(tmp_path):
     out = tmp_path / "new" / "dir"
-    paths = plots.save_figures(_rows(), PROBLEMS, out)
+    paths = figures.save_figures(_rows(), PROBLEMS, out)
     assert [p.name for p in paths] == ["figure2.png", "figure8.png", "figure9.png", "figure10.png"]
     sizes = [_png_size(p) for p in paths]
     assert sizes == [(1000, 400), (1200, 400), (1200, 400), (700, 500)]
@@ -94,22 +96,22 @@ def test_without_mlp_results_raw_kl_is_plotted(tmp_path):
     rows = _rows(with_mlp=False)
     records = scoring.score_agents(rows, PROBLEMS, tuning="per-setting")[0]
     assert all(r["kl_1_norm"] != r["kl_1_norm"] for r in records)  # NaN: nothing to normalise by
-    assert _png_size(plots.figure_normalised_kl(records, tmp_path / "f2.png")) == (1000, 400)
-    assert len(plots.save_figures(rows, PROBLEMS, tmp_path / "out")) == 4
+    assert _png_size(figures.figure_normalised_kl(records, tmp_path / "f2.png")) == (1000, 400)
+    assert len(figures.save_figures(rows, PROBLEMS, tmp_path / "out")) == 4
 
 
 def test_no_usable_rows_is_a_clear_error(tmp_path):
     failed = [r for r in _rows() if r["status"] == "failed"]
     with pytest.raises(ValueError, match="no ok results"):
-        plots.save_figures(failed, PROBLEMS, tmp_path)
+        figures.save_figures(failed, PROBLEMS, tmp_path)
     with pytest.raises(ValueError, match="no agent records"):
-        plots.figure_normalised_kl([], tmp_path / "f2.png")
+        figures.figure_normalised_kl([], tmp_path / "f2.png")
 
 
 def test_agent_samples_figure(tmp_path):
     agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20))
     problem = leaderboard.get_sweep("paper")["classification_2d/17"]
-    path = plots.figure_agent_samples(jax.random.key(0), agent, problem, tmp_path / "f5.png",
+    path = figures.figure_agent_samples(jax.random.key(0), agent, problem, tmp_path / "f5.png",
                                       grid_size=40)
     assert _png_size(path) == (1600, 400)  # 5 panels of 3 inches + 1 for the colour bar
 
@@ -119,7 +121,7 @@ def test_agent_samples_needs_2d_inputs(tmp_path):
     problem = dataclasses.replace(leaderboard.get_sweep("paper")["classification_2d/17"],
                                   input_dim=3)
     with pytest.raises(ValueError, match="input_dim=3"):
-        plots.figure_agent_samples(jax.random.key(0), agent, problem, tmp_path / "f5.png")
+        figures.figure_agent_samples(jax.random.key(0), agent, problem, tmp_path / "f5.png")
     assert not (tmp_path / "f5.png").exists()
 
 
@@ -149,10 +151,10 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
                 rows.append({**_row("ensemble+", configs_lib.config_hash("ensemble+", config),
                                     p, tau, ratio * nll),
                              "config": configs_lib.config_json(config)})
-    labels = {plots.prior_function_label(json.loads(r["config"])) for r in rows
+    labels = {figures.prior_function_label(json.loads(r["config"])) for r in rows
               if r["agent"] == "ensemble+"}
     assert labels == {"none", "linear", "vae"}
-    ratios = plots.prior_function_ratios(rows, real)
+    ratios = figures.prior_function_ratios(rows, real)
     assert {where for where, _, _, _ in ratios} == {"iris", "digits"}
     expected = {("none", 0.0): 1.0, ("linear", 0.1): 0.9, ("linear", 1.0): 0.8, ("vae", 3.0): 0.5}
     assert {(label, scale) for _, _, label, scale in ratios} == set(expected)
@@ -160,27 +162,27 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
         assert all(abs(v - expected[(label, scale)]) < 1e-12
                    for values in by_t.values() for v in values)
         assert all(len(values) == 2 for values in by_t.values())  # 2 seeds per (dataset, T)
-    best = plots.best_prior_scales(ratios)
+    best = figures.best_prior_scales(ratios)
     assert best == {(where, tau, label): scale
                     for where in ("iris", "digits") for tau in (1, 100)
                     for label, scale in (("none", 0.0), ("linear", 1.0), ("vae", 3.0))}
-    path = plots.figure_prior_functions(rows, real, tmp_path / "f7.png")
+    path = figures.figure_prior_functions(rows, real, tmp_path / "f7.png")
     assert _png_size(path) == (1000, 700)  # 2 taus x 2 datasets
-    paths = plots.save_figures(rows, real, tmp_path / "all")
+    paths = figures.save_figures(rows, real, tmp_path / "all")
     assert tmp_path / "all" / "figure7.png" in paths
     with pytest.raises(ValueError, match="no problem has ok rows of both ensemble\\+ and mlp"):
-        plots.figure_prior_functions([r for r in rows if r["agent"] != "mlp"], real,
+        figures.figure_prior_functions([r for r in rows if r["agent"] != "mlp"], real,
                                      tmp_path / "none.png")
 
 
 def test_log_axes_are_labelled_in_plain_numbers_below_one():
     """Figure 6b's log axes: ticks at 0.3 ... 40 read "0.3", "1", "20", never "3e-01"."""
-    figure = plots.new_figure((7, 6))
+    figure = canvas.new_figure((7, 6))
     ax = figure.subplots()
     ax.set_xscale("log")
     ax.set_xlim(0.25, 45)
-    ax.xaxis.set_major_formatter(plots._PlainLogFormatter())
-    ax.xaxis.set_minor_formatter(plots._PlainLogFormatter(minor_thresholds=(2, 0.5)))
+    ax.xaxis.set_major_formatter(figures._PlainLogFormatter())
+    ax.xaxis.set_minor_formatter(figures._PlainLogFormatter(minor_thresholds=(2, 0.5)))
     figure.canvas.draw()
     labels = [t.get_text() for minor in (False, True)
               for t in ax.xaxis.get_ticklabels(minor=minor) if t.get_text()]
@@ -190,12 +192,12 @@ def test_log_axes_are_labelled_in_plain_numbers_below_one():
 
 def test_an_agent_keeps_its_colour_whatever_else_a_figure_holds():
     built_in = registry._BUILT_IN  # not agents.AGENTS: another test may have added to it
-    everyone = plots._colours(built_in)
+    everyone = figures._colours(built_in)
     assert len(set(everyone.values())) == len(built_in)
     # Adding or removing agents (built-in or a user's) leaves the others' colours alone.
-    few = plots._colours(["sgmcmc", "mlp"], baseline="mlp")
+    few = figures._colours(["sgmcmc", "mlp"], baseline="mlp")
     assert few == {"sgmcmc": everyone["sgmcmc"], "mlp": "black"}
-    mine = plots._colours(["aaa_mine", "hypermodel", "zz_mine"])
+    mine = figures._colours(["aaa_mine", "hypermodel", "zz_mine"])
     assert mine["hypermodel"] == everyone["hypermodel"]
     assert mine["aaa_mine"] != mine["zz_mine"]
     assert not {mine["aaa_mine"], mine["zz_mine"]} & set(everyone.values())
