@@ -163,8 +163,12 @@ def check_memory(agent_name: str, configs: Sequence[Any], problems: Sequence[bas
     """
     spec = registry.get_agent(agent_name)
     total, what = memory.total_bytes()
-    largest_train = max(problems, key=lambda p: p.num_train * p.input_dim)
-    largest_test = max(problems, key=lambda p: p.num_test * max(p.taus) * p.input_dim)
+    train_size = lambda p: p.num_train * p.input_dim
+    test_size = lambda p: p.num_test * max(p.taus) * p.input_dim
+    # Ties go to the other size, so that where one problem is the largest of both (every
+    # built-in sweep: one N and one set of taus) it is traced once, not twice.
+    largest_train = max(problems, key=lambda p: (train_size(p), test_size(p)))
+    largest_test = max(problems, key=lambda p: (test_size(p), train_size(p)))
     for config_batch in config_batches.batch_configs(configs, len(configs) or 1):
         config = config_batch[0]
         for problem in dict.fromkeys((largest_train, largest_test)):
