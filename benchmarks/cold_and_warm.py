@@ -14,14 +14,11 @@ Usage:
   PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --repeats 3
   PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --problems-per-batch 210
   PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --matmul-precision tensorfloat32
-  PYTHONPATH=. python benchmarks/cold_and_warm.py --sweep paper --compile-one-at-a-time
 
 ``--matmul-precision`` runs the command with the runner's ``MATMUL_PRECISION`` replaced
 (the command fixes its products to full float32 on every device): on a GPU, the warm
 runs of ``float32`` against ``tensorfloat32`` are what full float32 costs.
-``--compile-one-at-a-time`` gives the runner's side-by-side compiling one thread, so
-a batch size's programs compile one after another as before 2026-11-28: its cold run
-against the default's is what compiling side by side saves. Environment variables
+Environment variables
 reach the command, so JAX's and XLA's settings can be tried the same way, e.g.
 ``JAX_THREEFRY_GPU_KERNEL_LOWERING=true`` (the hash behind every random draw as one
 CUDA kernel, the same bits) or ``XLA_FLAGS=--xla_gpu_autotune_level=0``.
@@ -40,30 +37,21 @@ import time
 
 _SHOWN = ("XLA_FLAGS", "JAX_THREEFRY_GPU_KERNEL_LOWERING")  # settings a run is printed with
 
-# The command, with the runner's matrix-product precision replaced (sys.argv[1]: a
-# precision or "-" for the command's own) and, if sys.argv[2] is "1", its compiling of
-# a batch size's programs side by side given a single thread.
+# The command, with the run's matrix-product precision replaced (sys.argv[1]).
 _PATCHED = """
-import concurrent.futures, functools, sys, types
-from neural_testbed.leaderboard import runner
-precision, one_at_a_time = sys.argv.pop(1), sys.argv.pop(1) == "1"
-if precision != "-":
-    runner.MATMUL_PRECISION = precision
-if one_at_a_time:
-    single = functools.partial(concurrent.futures.ThreadPoolExecutor, 1)
-    runner.concurrent = types.SimpleNamespace(futures=types.SimpleNamespace(
-        ThreadPoolExecutor=lambda workers, **kw: single(**kw)))
+import sys
+from neural_testbed.run import programs
+programs.MATMUL_PRECISION = sys.argv.pop(1)
 from neural_testbed import cli
 sys.exit(cli.main(sys.argv[1:]))
 """
 
 
 def _run(agent: str, sweep: str, cache: str, db: str, more: list[str],
-         precision: str | None, one_at_a_time: bool) -> tuple[float, float, str]:
+         precision: str | None) -> tuple[float, float, str]:
     env = dict(os.environ, NEURAL_TESTBED_CACHE_DIR=cache)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    command = (["-m", "neural_testbed.cli"] if precision is None and not one_at_a_time
-               else ["-c", _PATCHED, precision or "-", "1" if one_at_a_time else "0"])
+    command = ["-m", "neural_testbed.cli"] if precision is None else ["-c", _PATCHED, precision]
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, *command, "run", "--agent", agent,
                            "--sweep", sweep, "--db", db, "--quiet", *more],
@@ -85,16 +73,12 @@ def main() -> None:
                         choices=("float32", "tensorfloat32", "bfloat16"),
                         help="replaces the command's matrix-product precision (default: its own, "
                              "full float32)")
-    parser.add_argument("--compile-one-at-a-time", action="store_true",
-                        help="a batch size's programs compiled one after another, not side "
-                             "by side (as before 2026-11-28)")
     args = parser.parse_args()
     more = ([] if args.problems_per_batch is None
             else ["--problems-per-batch", str(args.problems_per_batch)])
     print(f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; "
           f"neural-testbed run --agent {args.agent} --sweep {args.sweep} {' '.join(more)}"
           f"{'' if args.matmul_precision is None else '; products in ' + args.matmul_precision}"
-          f"{'; programs compiled one at a time' if args.compile_one_at_a_time else ''}"
           f"{''.join(f'; {k}={v}' for k, v in sorted(os.environ.items()) if k in _SHOWN)}")
     with tempfile.TemporaryDirectory() as scratch:
         cache = os.path.join(scratch, "cache")
@@ -102,8 +86,7 @@ def main() -> None:
         for i in range(1 + args.repeats):
             wall, compiling, aggregate = _run(args.agent, args.sweep, cache,
                                               os.path.join(scratch, f"r{i}.db"), more,
-                                              args.matmul_precision,
-                                              args.compile_one_at_a_time)
+                                              args.matmul_precision)
             print(f"{'cold' if i == 0 else 'warm'}: {wall:.1f} s wall, {compiling:.1f} s of it "
                   f"compiling (the command's count); {aggregate}")
             if i:

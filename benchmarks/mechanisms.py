@@ -8,8 +8,8 @@ cache and then warm runs with the cache it filled) for each variant:
 - ``default``: the command as users run it;
 - ``one-unit``: ``--units-at-once 1`` (no second unit computed beside the first in
   threads of the process);
-- ``compile-serial``: a batch size's programs compiled one after another, not side by
-  side in a thread pool;
+- ``two-workers``: ``--units-at-once 1 --workers 2`` (two local worker processes
+  instead of two units in threads of one process);
 - ``no-cache``: ``NEURAL_TESTBED_CACHE_DIR=off`` (no persistent compilation cache: every
   run is cold).
 
@@ -39,7 +39,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import cold_and_warm  # noqa: E402  (the runner of a timed command)
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "mechanisms.jsonl"
-VARIANTS = ("default", "one-unit", "compile-serial", "no-cache")
+VARIANTS = ("default", "one-unit", "two-workers", "no-cache")
 
 
 def _versions() -> dict[str, str]:
@@ -63,15 +63,15 @@ def _machine() -> dict[str, object]:
 
 def measure(agent: str, sweep: str, variant: str, repeats: int) -> dict[str, object]:
     """Cold and warm runs of one variant; its record."""
-    more = ["--units-at-once", "1"] if variant == "one-unit" else []
+    more = {"one-unit": ["--units-at-once", "1"],
+            "two-workers": ["--units-at-once", "1", "--workers", "2"]}.get(variant, [])
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
         cache = "off" if variant == "no-cache" else os.path.join(scratch, "cache")
         runs = []
         for i in range(1 + repeats):
             wall, compiling, aggregate = cold_and_warm._run(
-                agent, sweep, cache, os.path.join(scratch, f"r{i}.db"), more, None,
-                variant == "compile-serial")
+                agent, sweep, cache, os.path.join(scratch, f"r{i}.db"), more, None)
             runs.append({"wall_s": round(wall, 2), "compiling_s": round(compiling, 2)})
     warm = [r["wall_s"] for r in runs[1:]]
     return {

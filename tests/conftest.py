@@ -164,7 +164,7 @@ def smoke_rows():
     """A function ``(agent, config, level)`` -> stored rows of that config on every smoke
     problem, KL ``level * tau`` scaled up by a tenth per problem."""
     from neural_testbed import leaderboard
-    from neural_testbed.leaderboard import runner
+    from neural_testbed.run import programs as runner
     from neural_testbed.leaderboard import store as store_lib
 
     def rows(agent, config, level):
@@ -181,7 +181,7 @@ def smoke_rows():
 @pytest.fixture
 def no_work(monkeypatch):
     """Fails the test if a run starts computing."""
-    from neural_testbed.leaderboard import sweep as sweep_lib
+    from neural_testbed import run as sweep_lib
 
     def run_sweep(*args, **kwargs):
         raise AssertionError("work started")

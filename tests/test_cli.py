@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, cli, diagnostics, leaderboard, memory
-from neural_testbed.leaderboard import run_report, runner
+from neural_testbed.leaderboard import run_report
+from neural_testbed.run import programs as runner
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.leaderboard import sweep as sweep_lib
+from neural_testbed import run as sweep_lib
+from neural_testbed.run import options as run_options
 
 
 def test_agents_lists_mlp_with_its_defaults(capsys):
@@ -395,7 +397,7 @@ def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsy
     # A second call reuses the stored rows (nothing is trained); plot draws the tau curve.
     def no_training(*args, **kwargs):
         raise AssertionError("trained again")
-    monkeypatch.setattr(runner.BatchRunner, "__call__", no_training)
+    monkeypatch.setattr(runner.UnitRunner, "rows", no_training)
     assert cli.main(argv) == 0
     assert "rejection_ability" in capsys.readouterr().out
     assert cli.main(["plot", "--db", str(db), "--sweep", "smoke", "--out", str(out)]) == 0
@@ -460,7 +462,7 @@ def test_bad_units_at_once_is_one_line_before_any_store(tmp_path, capsys, extra,
 ])
 def test_settings_that_cannot_work_or_would_be_ignored_are_one_line_before_any_store(
         tmp_path, capsys, no_work, monkeypatch, argv, fragments, one_error_line):
-    monkeypatch.setattr(sweep_lib, "usable_cores", lambda: 2)
+    monkeypatch.setattr(run_options, "usable_cores", lambda: 2)
     db = tmp_path / "new.db"
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *argv]) == 2
     one_error_line(*fragments)

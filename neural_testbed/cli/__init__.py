@@ -18,7 +18,7 @@ from neural_testbed import compilation_cache, memory, outputs
 from neural_testbed.agents import plugins
 from neural_testbed.cli import compute, listing, options, reproduce, scores, stores, studies
 from neural_testbed.generative import datasets
-from neural_testbed.leaderboard import runner
+from neural_testbed.run import programs
 from neural_testbed.leaderboard import store as store_lib
 
 __all__ = ["build_parser", "main"]
@@ -48,12 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _set_up(args) -> None:
     """What every command does first: the command owns its process (see memory.py,
-    compilation_cache.py and runner.MATMUL_PRECISION), and agents from plugins and
+    compilation_cache.py and run.programs.MATMUL_PRECISION), and agents from plugins and
     ``--import`` are registered."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     memory.keep_freed_memory()
     compilation_cache.enable()
-    runner.use_full_float32_products()
+    programs.use_full_float32_products()
     plugins.load_entry_points()
     for module in args.imports:
         plugins.import_agent_module(module)

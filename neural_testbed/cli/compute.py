@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from neural_testbed import outputs
+from neural_testbed import run as run_lib
 from neural_testbed.agents import registry
 from neural_testbed.cli import checks, figures, options
 from neural_testbed.diagnostics import report as diagnostics_report
-from neural_testbed.leaderboard import executors, run_report, scoring
 from neural_testbed.leaderboard import problems as problems_lib
+from neural_testbed.leaderboard import run_report, scoring
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.leaderboard import sweep as sweep_lib
+from neural_testbed.run import checks as run_checks
+from neural_testbed.run import options as run_options
 
 
 def _add_run(commands, g: options.Groups) -> None:
@@ -72,35 +75,35 @@ def _add_diagnose(commands, g: options.Groups) -> None:
                         units_at_once=1, handler=diagnose)  # one problem
 
 
+def run_options_of(args) -> run_lib.RunOptions:
+    """The command line's run settings, checked (one clear error, before any work); units
+    at once not asked for: what pays on this machine (``default_units_at_once``)."""
+    chosen = run_lib.RunOptions(
+        agent_seed=args.seed, estimator=args.estimator,
+        problems_per_batch=args.problems_per_batch,
+        configs_per_batch=getattr(args, "configs_per_batch", 1),  # `run`: one config
+        recompute=args.recompute, retry_failed=args.retry_failed,
+        shard=run_options.parse_shard(args.shard) if args.shard else (1, 1),
+        backend=args.backend, workers=args.workers, address=args.address,
+        imports=tuple(args.imports), units_at_once=args.units_at_once or 1,
+        progress=not args.quiet).check()
+    if args.units_at_once is None:
+        args.units_at_once = run_options.default_units_at_once(chosen)
+    return dataclasses.replace(chosen, units_at_once=args.units_at_once)
+
+
 def _compute(args, configs: Sequence[Any], announce: str,
-             problems: Sequence[Any] | None = None) -> tuple[sweep_lib.SweepSummary, list]:
+             problems: Sequence[Any] | None = None) -> tuple[run_lib.SweepSummary, list]:
     """Checks every setting and opens the store (one clear error, before any work),
     prints ``announce`` on stderr, then runs the configs on ``problems`` (default: the
     command's sweep) into the store."""
     problems = list(options.sweep_problems(args).values()) if problems is None else list(problems)
-    configs_per_batch = getattr(args, "configs_per_batch", 1)  # `run`: one config, no option
-    units_at_once = args.units_at_once
-    sweep_lib.check_options(agent_seed=args.seed, problems_per_batch=args.problems_per_batch,
-                            workers=args.workers, backend=args.backend, estimator=args.estimator,
-                            configs_per_batch=configs_per_batch,
-                            units_at_once=1 if units_at_once is None else units_at_once,
-                            address=args.address)
-    sweep_lib.check_agent_on_problems(args.agent, problems, args.estimator, configs)
-    sweep_lib.check_memory(args.agent, configs, problems, args.estimator, args.seed)
-    if units_at_once is None:  # not asked: both cores of a CPU, one unit in worker processes
-        units_at_once = args.units_at_once = (
-            executors.default_units_at_once()
-            if args.backend == "local" and args.workers == 1 else 1)
-    shard = sweep_lib.parse_shard(args.shard) if args.shard else (1, 1)
+    chosen = run_options_of(args)
+    run_checks.check_agent_on_problems(args.agent, problems, args.estimator, configs)
+    run_checks.check_memory(args.agent, configs, problems, args.estimator, args.seed)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
-        summary = sweep_lib.run_sweep(
-            args.agent, configs, problems, store, agent_seed=args.seed, estimator=args.estimator,
-            problems_per_batch=args.problems_per_batch, configs_per_batch=configs_per_batch,
-            recompute=args.recompute,
-            retry_failed=args.retry_failed,
-            shard=shard, backend=args.backend, workers=args.workers, address=args.address,
-            imports=args.imports, progress=not args.quiet, units_at_once=units_at_once)
+        summary = run_lib.run_sweep(args.agent, configs, problems, store, chosen)
     return summary, problems
 
 
@@ -119,7 +122,7 @@ def _report_failures(rows, keep_going: bool) -> int:
     return 1 if failed and not keep_going else 0
 
 
-def _compiling(args, summary: sweep_lib.SweepSummary, rows) -> str:
+def _compiling(args, summary: run_lib.SweepSummary, rows) -> str:
     """How much of the run's time went to compiling, where every row was computed by it."""
     if summary.reused:
         return ""

@@ -17,7 +17,7 @@ from neural_testbed import generative
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.leaderboard import sweep as sweep_lib
+from neural_testbed.run import options as run_options
 from neural_testbed.likelihood import kl
 
 SPREADSHEET_NOTE = ("a text cell that a spreadsheet would run as a formula (one starting with "
@@ -94,7 +94,7 @@ def _compute() -> argparse.ArgumentParser:
     compute = _group()
     compute.add_argument("--seed", type=int, default=0,
                          help="agent seed, folded into each problem's key: an integer from 0 to "
-                              f"{sweep_lib.MAX_AGENT_SEED} (default: 0)")
+                              f"{run_options.MAX_AGENT_SEED} (default: 0)")
     compute.add_argument("--estimator", default="auto", choices=list(kl.ESTIMATORS),
                          help="joint log-likelihood estimator: monte_carlo (Algorithm 3), "
                               "partition (Algorithm 4), or auto = monte_carlo for tau < 10, "

@@ -11,7 +11,7 @@ from neural_testbed.cli import checks, figures, options
 from neural_testbed.leaderboard import probing, run_report, scoring, study_runs, xll_scores
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.leaderboard import sweep as sweep_lib
+from neural_testbed.run import options as run_options
 
 
 def _add_probe(commands, g: options.Groups) -> None:
@@ -195,7 +195,7 @@ def _tal_settings(args, spec: registry.AgentSpec) -> active.TALSettings:
         raise ValueError(f"agent {args.agent!r} is not built for regression problems (it "
                          f"predicts {', '.join(spec.targets)}); tal needs a regression agent")
     methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
-    sweep_lib.check_options(agent_seed=args.seed)
+    run_options.RunOptions(agent_seed=args.seed).check()
     return active.TALSettings(num_rounds=args.rounds, batch_size=args.batch,
                               num_samples=args.samples, methods=methods, agent_seed=args.seed)
 

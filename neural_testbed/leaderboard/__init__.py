@@ -22,7 +22,7 @@ from neural_testbed.leaderboard.scoring import (
     score_candidates,
 )
 from neural_testbed.leaderboard.store import DEFAULT_DB, ResultsStore, StoreError
-from neural_testbed.leaderboard.sweep import SweepSummary, run_agent, run_sweep
+from neural_testbed.run import RunOptions, SweepSummary, run_agent, run_sweep
 
 __all__ = [
     "DEFAULT_DB",
@@ -30,6 +30,7 @@ __all__ = [
     "ProbeSettings",
     "Problem",
     "ResultsStore",
+    "RunOptions",
     "StoreError",
     "SweepSummary",
     "compare_agents",

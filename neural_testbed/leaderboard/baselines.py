@@ -24,11 +24,11 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from neural_testbed import run
 from neural_testbed.agents import registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.leaderboard import sweep as sweep_lib
 
 __all__ = [
     "FORMAT_VERSION",
@@ -330,8 +330,8 @@ def reproduce(agent: str, problems: Mapping[str, Any], num_problems: int, *,
         announce(f"recomputing {agent} (default config) on {len(sample)} problems of the "
                  f"{sweep_name} sweep; published: "
                  f"{published.describe([agent], [p.problem_id for p in sample])}")
-    new = sweep_lib.run_agent(spec.make(spec.default), sample, agent, config=spec.default,
-                              progress=progress)
+    new = run.run_agent(spec.make(spec.default), sample, agent, config=spec.default,
+                        options=run.RunOptions(progress=progress))
     by_key = {(r["problem_id"], r["tau"]): r for r in rows if r["estimator"] == "auto"}
     records = [agreement(by_key[r.problem_id, r.tau], r.as_dict()) for r in new
                if (r.problem_id, r.tau) in by_key and r.status == "ok"]

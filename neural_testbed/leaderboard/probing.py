@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from neural_testbed import base
 from neural_testbed.agents import registry
 from neural_testbed.diagnostics import probes
-from neural_testbed.leaderboard.sweep import MAX_AGENT_SEED
+from neural_testbed.run.options import MAX_AGENT_SEED
 
 __all__ = ["COLUMNS", "PROBES", "PROBLEM_COLUMNS", "ProbeSettings", "ProblemProbes", "added_data",
            "check_problems", "describe", "format_text", "make_prober", "parameter_labels",

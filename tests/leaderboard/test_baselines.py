@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, base, cli
-from neural_testbed.leaderboard import baselines, problems, store, sweep
+from neural_testbed import run as sweep
+from neural_testbed.leaderboard import baselines, problems, store
 
 SMOKE = problems.get_sweep("smoke")
 

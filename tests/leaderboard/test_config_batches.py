@@ -8,7 +8,8 @@ import pytest
 
 from neural_testbed import agents, cli, leaderboard
 from neural_testbed.agents import mlp, registry
-from neural_testbed.leaderboard import config_batches, sweep
+from neural_testbed.leaderboard import config_batches
+from neural_testbed.run import RunOptions, plan_units
 
 PROBLEMS = [dataclasses.replace(p, num_test=100, num_samples=100)
             for p in leaderboard.get_sweep("smoke").values() if p.num_train == 10]
@@ -64,14 +65,15 @@ def test_a_batch_of_configs_gives_each_config_its_own_numbers(tmp_path, caplog):
 
 def test_the_planner_makes_one_unit_per_batch_of_configs_and_splits_partly_stored_ones(
         tmp_path):
-    units, _ = sweep.plan_units("mlp", CONFIGS, PROBLEMS, None, configs_per_batch=3)
+    units, _ = plan_units("mlp", CONFIGS, PROBLEMS, None, RunOptions(configs_per_batch=3))
     assert len(units) == 1 and units[0].configs == tuple(CONFIGS)
-    units, _ = sweep.plan_units("mlp", CONFIGS, PROBLEMS, None, configs_per_batch=2)
+    units, _ = plan_units("mlp", CONFIGS, PROBLEMS, None, RunOptions(configs_per_batch=2))
     assert [u.configs for u in units] == [tuple(CONFIGS[:2]), (CONFIGS[2],)]
     # The first config stored alone on the first problem: the batch is run config by config.
     with leaderboard.ResultsStore(tmp_path / "part.db") as store:
         leaderboard.run_sweep("mlp", CONFIGS[:1], PROBLEMS[:1], store, progress=False)
-        units, reused = sweep.plan_units("mlp", CONFIGS, PROBLEMS, store, configs_per_batch=3)
+        units, reused = plan_units("mlp", CONFIGS, PROBLEMS, store,
+                                   RunOptions(configs_per_batch=3))
     assert reused == len(PROBLEMS[0].taus)
     assert [(u.configs, len(u.problems)) for u in units] == [
         ((CONFIGS[0],), len(PROBLEMS) - 1), ((CONFIGS[1],), len(PROBLEMS)),

@@ -8,7 +8,8 @@ from scipy import stats
 
 from neural_testbed import base, cli, leaderboard
 from neural_testbed.agents import registry
-from neural_testbed.leaderboard import configs, correlation, runner
+from neural_testbed.leaderboard import configs, correlation
+from neural_testbed.run import programs as runner
 
 SYNTHETIC = leaderboard.get_sweep("quick")  # T in {10, 100, 1000}: low = T 10, high = T 1000
 REAL = leaderboard.get_sweep("real-quick")  # T in {10, full}: low = T 10, high = full

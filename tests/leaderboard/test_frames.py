@@ -3,7 +3,8 @@
 import pytest
 
 from neural_testbed import agents, leaderboard
-from neural_testbed.leaderboard import configs, runner
+from neural_testbed.leaderboard import configs
+from neural_testbed.run import programs as runner
 
 pd = pytest.importorskip("pandas")
 

@@ -146,7 +146,8 @@ def test_ctrl_c_with_workers_exits_130_and_stops_the_workers(tmp_path):
         status, err, db = _interrupt(tmp_path, f"workers{i}", extra=("--workers", "2"),
                                      after_rows=bool(i % 2))
         _assert_clean_interrupt(status, err, db)
-    # The workers ended with the command (spawned workers run multiprocessing's spawn_main).
+    # The workers ended with the command (each runs `python -m neural_testbed.run.worker`).
     me = psutil.Process()
-    left = [p for p in me.children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+    left = [p for p in me.children(recursive=True)
+            if "neural_testbed.run.worker" in " ".join(p.cmdline())]
     assert not left

@@ -98,14 +98,14 @@ def _kill_the_driver_once_started(tmp_path, args, started, sig, find=None, env=(
 
 
 def _local_workers(processes) -> bool:
-    return sum("spawn_main" in _command_line(p) for p in processes) >= 2
+    return sum("neural_testbed.run.worker" in _command_line(p) for p in processes) >= 2
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killing_the_driver_ends_its_worker_processes(tmp_path, sig):
     seen, left = _kill_the_driver_once_started(tmp_path, [*SWEEP, "--workers", "2"],
                                                _local_workers, sig)
-    assert len(seen) >= 4, _describe(seen)  # the driver, 2 workers, the resource tracker
+    assert len(seen) >= 3, _describe(seen)  # the driver and 2 workers
     assert not left, f"alive after the driver was killed:\n{_describe(left)}"
 
 

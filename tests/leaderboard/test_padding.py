@@ -8,7 +8,8 @@ import pytest
 
 from neural_testbed import agents, base, leaderboard
 from neural_testbed.agents import registry
-from neural_testbed.leaderboard import store, sweep
+from neural_testbed.leaderboard import store
+from neural_testbed.run import RunOptions, plan_units, run_sweep
 
 PAPER = leaderboard.get_sweep("paper")
 # Temperature 0.1, seed 0, T = 1, 10 and 100.
@@ -173,12 +174,12 @@ def test_knn_padded_votes_as_on_its_own_pairs(config):
 
 def test_a_sweep_pads_each_problem_to_its_padding_groups_largest_T():
     problems = _small(PIDS) + _iris((1, 10))
-    units, _ = sweep.plan_units("mlp", [agents.MLPConfig()], problems, None)
+    units, _ = plan_units("mlp", [agents.MLPConfig()], problems, None)
     rows = {p.problem_id: u.train_rows for u in units for p in u.problems}
     assert [rows[p] for p in PIDS] == [100, 100, 100]
     assert {rows[p.problem_id] for p in _iris((1, 10))} == {10}
     regression = list(leaderboard.get_sweep("regression-quick").values())
-    units, _ = sweep.plan_units("mlp", [agents.MLPConfig()], regression, None)
+    units, _ = plan_units("mlp", [agents.MLPConfig()], regression, None)
     assert {u.train_rows for u in units} == {0}  # GP regression draws do not nest
 
 
@@ -190,19 +191,20 @@ def test_a_batch_larger_than_one_T_trains_several_T_together_with_the_same_numbe
                               "classification_2d/111"])
     config = agents.MLPConfig(num_steps=50)
     mlp = agents.make_mlp_agent(config)
-    units, _ = sweep.plan_units("mlp", [config], problems, None, problems_per_batch=6, agent=mlp)
+    units, _ = plan_units("mlp", [config], problems, None, RunOptions(problems_per_batch=6),
+                          agent=mlp)
     assert [sorted(p.num_train for p in u.problems) for u in units] == [[1, 1, 10, 10, 100, 100]]
     # Without a batch size, or for an agent that does not pad, one T per unit as before.
     per_T = [[1, 1], [10, 10], [100, 100]]
-    units, _ = sweep.plan_units("mlp", [config], problems, None, agent=mlp)
+    units, _ = plan_units("mlp", [config], problems, None, agent=mlp)
     assert [sorted(p.num_train for p in u.problems) for u in units] == per_T
     plain = mlp._replace(accepts_padding=False)
-    units, _ = sweep.plan_units("mlp", [config], problems, None, problems_per_batch=6,
-                                agent=plain)
+    units, _ = plan_units("mlp", [config], problems, None, RunOptions(problems_per_batch=6),
+                          agent=plain)
     assert [sorted(p.num_train for p in u.problems) for u in units] == per_T
-    units, _ = sweep.plan_units("oracle_gp", [agents.get_agent("oracle_gp").default],
-                                list(leaderboard.get_sweep("regression-quick").values()), None,
-                                problems_per_batch=8)
+    units, _ = plan_units("oracle_gp", [agents.get_agent("oracle_gp").default],
+                          list(leaderboard.get_sweep("regression-quick").values()), None,
+                          RunOptions(problems_per_batch=8))
     assert all(len({p.shape for p in u.problems}) == 1 for u in units)
     # Batches of 4: T = 1 and 10 together, then T = 100 (padded to 4 problems).
     together = leaderboard.run_agent(mlp, problems, "mlp", problems_per_batch=4, progress=False)
@@ -223,7 +225,7 @@ def test_an_agent_that_fails_to_build_gets_failed_rows_when_units_span_several_T
     registry.register("unbuildable", spec)
     try:
         with store.ResultsStore(str(tmp_path / "r.db")) as results:
-            summary = sweep.run_sweep("unbuildable", [spec.default], _small(PIDS), results,
+            summary = run_sweep("unbuildable", [spec.default], _small(PIDS), results,
                                       problems_per_batch=3, progress=False)
             rows = results.rows()
     finally:

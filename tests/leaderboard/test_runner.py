@@ -1,4 +1,4 @@
-"""The runner: batching does not change numbers, failures are isolated."""
+"""The run's programs: batching does not change numbers, failures are isolated."""
 
 import dataclasses
 import json
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural_testbed import agents, base, evaluation, generative, leaderboard
-from neural_testbed.leaderboard import runner
+from neural_testbed.run import programs as runner
 
 PAPER = leaderboard.get_sweep("paper")
 
@@ -50,23 +50,21 @@ def test_compilation_is_timed_apart_and_paid_once_per_shape():
     assert all(r.train_seconds < r.compile_seconds for r in first)
 
 
-def test_a_batch_sizes_programs_compile_side_by_side_and_once(monkeypatch):
-    """Training and each tau's evaluation (and building, unless another test of this
-    process built this shape) compile at once, each in a thread of its own; the next
-    batch of that size compiles nothing."""
-    threads, compile_traced = [], runner._compile
+def test_a_batch_sizes_programs_compile_once_per_run(monkeypatch):
+    """Building, training and each tau's evaluation compile for the first batch of a size;
+    the next batch of that size compiles nothing."""
+    compiled, compile_traced = [], runner.compile_traced
 
     def recording(traced):
-        threads.append(threading.get_ident())
+        compiled.append(traced)
         return compile_traced(traced)
 
-    monkeypatch.setattr(runner, "_compile", recording)
+    monkeypatch.setattr(runner, "compile_traced", recording)
     problems = _small(["classification_2d/92", "classification_2d/93", "classification_2d/94",
                        "classification_2d/95"], num_test=30, num_samples=20)
     rows = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False, problems_per_batch=2)
     assert len(rows) == 8 and all(r.status == "ok" for r in rows)
-    assert len(threads) in (3, 4)  # train and 2 evaluations (+ build), for the first batch only
-    assert len(set(threads)) == len(threads) and threading.get_ident() not in threads
+    assert len(compiled) == 4  # build, train and 2 evaluations, for the first batch only
     assert all(r.compile_seconds > 0 for r in rows[:4])
     assert all(r.compile_seconds == 0 for r in rows[4:])
 
@@ -174,11 +172,11 @@ def test_problems_of_one_shape_compile_once():
 def test_programs_that_factorise_run_one_at_a_time():
     """Two units' batched Cholesky factorisations at once hung JAX's CPU runtime (each
     waiting on the shared thread pool for the other's parts): a program that factorises
-    runs holding the process's factorisation lock, and other programs do not take it."""
-    held = []
+    runs holding the run's factorisation lock, and other programs do not take it."""
+    held, programs = [], runner.Programs()
 
     def note():
-        held.append(runner._FACTORISING.locked())
+        held.append(programs.factorising.locked())
 
     def factorising(a):
         jax.debug.callback(note)
@@ -189,13 +187,12 @@ def test_programs_that_factorise_run_one_at_a_time():
         return a @ a
 
     matrices = jnp.eye(3)[None].repeat(4, 0)
-    cache, lock = {}, threading.Lock()
     for name, program in (("factorising", factorising), ("plain", plain)):
         for _ in range(2):  # compiled, then from the cache
-            result, _, _ = runner._run_compiled(cache, lock, (name, 4), program, (matrices,))
+            result, _, _ = programs.run((name, 4), program, (matrices,))
             np.testing.assert_allclose(result, matrices, atol=1e-6)
     assert held == [True, True, False, False]
-    assert not runner._FACTORISING.locked()
+    assert not programs.factorising.locked()
 
 
 def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
@@ -204,13 +201,13 @@ def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
     evaluating) asks for full float32 (a CPU computes that anyway, so this is checked in
     the programs' text)."""
     jaxprs = []
-    compile_traced = runner._compile
+    compile_traced = runner.compile_traced
 
     def recording(traced):
         jaxprs.append(str(traced.jaxpr))
         return compile_traced(traced)
 
-    monkeypatch.setattr(runner, "_compile", recording)
+    monkeypatch.setattr(runner, "compile_traced", recording)
     summarise, in_effect = runner.diagnostics.summarise_batch, []
 
     def summarise_noting(inputs):  # jitted apart from the runner's programs

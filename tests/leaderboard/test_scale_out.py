@@ -14,8 +14,9 @@ import pytest
 
 from neural_testbed import leaderboard
 from neural_testbed.agents import plugins, registry
-from neural_testbed.leaderboard import executors
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import options as run_options
+from neural_testbed.run import programs
 
 HERE = pathlib.Path(__file__).parent
 TOY, BROKEN = str(HERE / "toy_agent.py"), str(HERE / "broken_agent.py")
@@ -68,15 +69,15 @@ def test_units_at_once_run_side_by_side_and_give_the_plain_rows(plain, tmp_path,
     units in flight at the same time can pass (one at a time, it times out and the sweep
     raises); the rows are the serial run's."""
     barrier, calls, threads = threading.Barrier(2, timeout=120), itertools.count(), set()
-    compute = executors.compute_unit
+    compute = programs.compute_unit
 
-    def side_by_side(unit, agent=None):
+    def side_by_side(unit, run_programs, agent=None):
         threads.add(threading.current_thread().name)
         if next(calls) < 2:
             barrier.wait()
-        return compute(unit, agent)
+        return compute(unit, run_programs, agent)
 
-    monkeypatch.setattr(executors, "compute_unit", side_by_side)
+    monkeypatch.setattr(programs, "compute_unit", side_by_side)
     assert _sweep(tmp_path / "t.db", units_at_once=2)[1] == plain
     assert len(threads) == 2 and all(t.startswith("neural-testbed-unit") for t in threads)
 
@@ -216,8 +217,9 @@ def _kill_a_task_worker(psutil, driver_pid: int, marker: str) -> int | None:
                    if (p.info["name"] or "").startswith("ray::")]
     for p in candidates:
         try:
-            running_task = ("_ray_task" in " ".join(p.cmdline())
-                            or p.name().startswith("ray::_ray_task"))
+            # An actor's process is named after the method it runs.
+            running_task = ("_Worker.compute" in " ".join(p.cmdline())
+                            or p.name().startswith("ray::_Worker.compute"))
             if running_task and p.environ().get("NEURAL_TESTBED_TEST_RUN") == marker:
                 p.send_signal(signal.SIGKILL)
                 return p.pid
@@ -234,4 +236,5 @@ def test_two_units_at_once_on_a_cpu_of_two_or_more_cores_else_one(monkeypatch):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cores=cores: cores,
                             raising=False)
         monkeypatch.setattr(jax, "default_backend", lambda backend=backend: backend)
-        assert executors.default_units_at_once() == expected, (cores, backend)
+        assert run_options.default_units_at_once(run_options.RunOptions()) == expected, (
+            cores, backend)

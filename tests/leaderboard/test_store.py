@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, base, generative, leaderboard
-from neural_testbed.leaderboard import predictives, runner
+from neural_testbed.leaderboard import predictives
+from neural_testbed.run import programs as runner
 from neural_testbed.leaderboard import store as store_lib
 
 PROBLEMS = leaderboard.get_sweep("smoke")
@@ -63,7 +64,8 @@ _WRITER = """
 import sys
 import tempfile
 from neural_testbed import agents, leaderboard
-from neural_testbed.leaderboard import configs, runner
+from neural_testbed.leaderboard import configs
+from neural_testbed.run import programs as runner
 problem = leaderboard.get_sweep("paper")["classification_2d/0"]
 store = leaderboard.ResultsStore(sys.argv[1])
 for i in range(int(sys.argv[3])):

@@ -12,7 +12,8 @@ import pytest
 
 from neural_testbed import active, agents, cli, leaderboard
 from neural_testbed.active import tal
-from neural_testbed.leaderboard import configs, probing, runner, studies
+from neural_testbed.leaderboard import configs, probing, studies
+from neural_testbed.run import programs as runner
 from neural_testbed.leaderboard import store as store_lib
 
 QUICK = leaderboard.get_sweep("regression-quick")

@@ -12,7 +12,8 @@ import pytest
 
 from neural_testbed import cli, leaderboard
 from neural_testbed.diagnostics import xll
-from neural_testbed.leaderboard import predictives, runner, xll_scores
+from neural_testbed.leaderboard import predictives, xll_scores
+from neural_testbed.run import programs as runner
 from neural_testbed.leaderboard import store as store_lib
 
 SWEEP = leaderboard.get_sweep("regression-quick")

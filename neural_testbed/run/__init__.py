@@ -1,0 +1,132 @@
+"""Running agents over problems: one path for every entry point.
+
+A run is planned as work units less what the store holds (:mod:`plan`); units run
+where :class:`RunOptions` says (:mod:`execute`), each computed by programs compiled
+once per (config batch, shape, batch size) and owned by the run (:mod:`programs`);
+their rows go to the store (:func:`run_sweep`) or back to the caller
+(:func:`run_agent`) as each unit finishes, so an interrupted sweep continues where
+it stopped and nothing is computed twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from neural_testbed import base
+from neural_testbed.agents import validation
+from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import checks, execute
+from neural_testbed.run.options import RunOptions, parse_shard
+from neural_testbed.run.plan import WorkUnit, plan_units
+
+__all__ = ["RunOptions", "SweepSummary", "WorkUnit", "parse_shard", "plan_units", "run_agent",
+           "run_sweep"]
+
+
+@dataclasses.dataclass
+class SweepSummary:
+    """What a sweep did."""
+
+    computed: int = 0  # rows computed and written by this call
+    reused: int = 0  # rows found in the store and not recomputed
+    failed: int = 0  # rows written with status "failed" by this call
+
+
+def _options(options: RunOptions | None, settings: dict[str, Any]) -> RunOptions:
+    """``options`` with ``settings`` (RunOptions fields by name) replaced, checked."""
+    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(RunOptions)})
+    if unknown:
+        raise TypeError(f"unknown run setting(s) {', '.join(unknown)}; allowed: the fields of "
+                        f"RunOptions ({', '.join(f.name for f in dataclasses.fields(RunOptions))})")
+    return dataclasses.replace(options or RunOptions(), **settings).check()
+
+
+def _checked_configs(configs: Sequence[Any]) -> list[Any]:
+    for config in configs:  # user agents' configs obey the same field rules as built-ins
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            validation.check_fields(config)
+    return list(configs)
+
+
+def _progress(units: Iterator, total: int, desc: str, show: bool) -> Iterator:
+    """Yields ``(unit, rows)`` with a progress bar and ETA on stderr."""
+    with tqdm(total=total, unit="problem", disable=not show or total == 0, file=sys.stderr,
+              desc=desc, dynamic_ncols=True) as bar:
+        for unit, rows in units:
+            yield unit, rows
+            bar.update(len(unit.problems) * len(unit.configs))
+
+
+def run_agent(agent: base.Agent | base.HostAgent, problems: Sequence[base.Problem],
+              agent_name: str = "agent", *, config: Any = None,
+              options: RunOptions | None = None,
+              on_rows: Callable[[list[base.ProblemResult]], None] | None = None,
+              **settings: Any) -> list[base.ProblemResult]:
+    """Trains ``agent`` once per problem and evaluates it at each of the problem's taus,
+    in this process and without a store: for an agent object that need not be registered.
+
+    Args:
+      agent: the agent to evaluate.
+      problems: the problems, e.g. ``get_sweep("quick").values()``.
+      agent_name: recorded in each row.
+      config: the agent's config, recorded (hashed) in each row; None if it has none.
+      options: how to run (seed, estimator, batch sizes, units at once); ``settings``
+        replace its fields by name, e.g. ``progress=False``.
+      on_rows: called with each unit's rows as soon as they are computed.
+
+    Returns:
+      One row per (problem, tau), failed problems included (``status="failed"``).
+
+    Example:
+      >>> from neural_testbed import agents, leaderboard
+      >>> spec = agents.get_agent("mlp")
+      >>> rows = leaderboard.run_agent(spec.make(spec.default),
+      ...                              leaderboard.get_sweep("quick").values(), "mlp")
+    """
+    options = _options(options, settings)
+    problems = list(problems)
+    units, _ = plan_units(agent_name, _checked_configs([config]), problems, None, options,
+                          agent)
+    results: list[base.ProblemResult] = []
+    total = sum(len(u.problems) * len(u.configs) for u in units)
+    executed = execute.execute(units, options, agent=agent)
+    with contextlib.closing(executed):
+        for _, rows in _progress(executed, total, agent_name, options.progress):
+            if on_rows is not None:
+                on_rows(rows)
+            results.extend(rows)
+    order = {p.problem_id: i for i, p in enumerate(problems)}
+    return sorted(results, key=lambda r: (order[r.problem_id], r.tau))
+
+
+def run_sweep(agent_name: str, configs: Sequence[Any], problems: Sequence[base.Problem],
+              store: store_lib.ResultsStore, options: RunOptions | None = None,
+              **settings: Any) -> SweepSummary:
+    """Runs each config of a registered agent on each problem, into ``store``; rows the
+    store holds are skipped (unless ``options.recompute``), each unit's rows written as
+    it finishes. ``settings`` replace fields of ``options`` by name.
+
+    Returns:
+      Counts of computed, reused and failed rows.
+    """
+    options = _options(options, settings)
+    problems = list(problems)
+    checks.check_agent_on_problems(agent_name, problems, options.estimator, configs)
+    units, reused = plan_units(agent_name, _checked_configs(configs), problems, store, options)
+    summary = SweepSummary(reused=reused)
+    total = sum(len(u.problems) * len(u.configs) for u in units)
+    executed = execute.execute(units, options)
+    # Closed on the way out, whatever ends the loop (a Ctrl-C while rows are written
+    # would otherwise leave the workers computing and the exit waiting for them).
+    with contextlib.closing(executed):
+        for _, rows in _progress(executed, total, agent_name, options.progress):
+            store.write(rows)
+            summary.computed += len(rows)
+            summary.failed += sum(r.status != "ok" for r in rows)
+    return summary
