@@ -55,8 +55,8 @@ def main() -> None:
                 parser.error(f"unknown problem ids: {', '.join(unknown)}")
             failed[name] = set(ids)
     for row in () if args.problems else baselines.load().rows:
-        if row["status"] != "ok" and (not args.agents or row["agent"] in args.agents):
-            failed[row["agent"]].add(row["problem_id"])
+        if row.status != "ok" and (not args.agents or row.agent in args.agents):
+            failed[row.agent].add(row.problem_id)
     print(f"device: {jax.devices()[0].device_kind}; JAX {jax.__version__}")
     if not failed:
         print("no published row of these agents failed")

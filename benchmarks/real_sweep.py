@@ -54,7 +54,7 @@ def main() -> None:
     by_dataset = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in rows:
         if r.status == "ok":
-            by_dataset[r.problem_id.split("/")[0]][r.tau].append(r.kl)
+            by_dataset[r.problem_id.split("/")[0]][r.tau].append(r.nll)
     for name, by_tau in by_dataset.items():
         print(f"  {name:<14}" + "  ".join(
             f"NLL^{tau} {statistics.fmean(v):8.3f}" for tau, v in sorted(by_tau.items())))

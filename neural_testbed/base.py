@@ -226,6 +226,8 @@ class Problem(Protocol):
     num_samples: int  # M, belief samples per test tau-sample
     num_hyperplanes: int  # Algorithm 4's d
     target: Target  # "classification" (K classes) or "regression" (one real value per input)
+    # A regression problem also has ``noise_variance``, the known variance of its targets'
+    # Gaussian noise, which its rows carry (classification rows carry ``temperature``).
 
     @property
     def metric(self) -> Metric:
@@ -354,7 +356,9 @@ class ProblemResult:
     """One evaluation of one trained agent config on one problem at one tau.
 
     Carries every key column of the results store, so a row means the same
-    wherever it was computed.
+    wherever it was computed. Each column has one meaning: a value that does not
+    apply to the row's problem (d_KL where no exact likelihood exists, a temperature
+    or accuracy on regression) is None, never another quantity in its place.
     """
 
     agent: str
@@ -362,22 +366,26 @@ class ProblemResult:
     config: str  # canonical JSON of the config
     problem_id: str
     problem_hash: str  # base.definition_hash of the problem: what the row evaluated
-    temperature: float
+    target: Target  # the problem's: "classification" or "regression"
+    temperature: float | None  # classification: the environment's (told to agents); else None
+    noise_variance: float | None  # regression: of the targets' Gaussian noise; else None
     num_train: int
     seed: int
     input_dim: int
-    num_classes: int
+    num_classes: int | None  # K; None for regression
     tau: int
     num_test: int  # N
     num_samples: int  # M
     estimator: str  # the estimator setting ("auto", "monte_carlo", "partition")
     agent_seed: int
-    metric: Metric  # what ``kl`` holds: d_KL, or the NLL where no exact likelihood exists
-    kl: float  # mean over test tau-samples, in nats
-    kl_stderr: float  # its standard error over the test tau-samples
+    metric: Metric  # which was computed: d_KL ("kl") or the NLL ("nll": no exact likelihood)
+    kl: float | None  # d_KL, mean over test tau-samples, in nats; None unless metric == "kl"
+    kl_stderr: float | None  # its standard error over the test tau-samples
+    nll: float | None  # the joint NLL, mean over test tau-samples; None unless metric == "nll"
+    nll_stderr: float | None  # its standard error over the test tau-samples
     num_clipped: int  # infinite per-sample terms clipped to the largest finite one
-    accuracy: float  # of the agent's mean prediction on the test inputs
-    ece: float  # expected calibration error of the mean prediction, 15 bins
+    accuracy: float | None  # of the agent's mean prediction on the test inputs; None: regression
+    ece: float | None  # expected calibration error of the mean prediction, 15 bins; likewise
     train_seconds: float  # training, compilation excluded
     compile_seconds: float  # compiling this problem's share of the programs (0 when reused)
     eval_seconds: float  # evaluating at this tau, compilation excluded
@@ -387,6 +395,16 @@ class ProblemResult:
     # Regression, the row of a problem's smallest tau: the agent's predictive at the
     # probes, encoded by neural_testbed.leaderboard.predictives (for `xll`); else None.
     predictive: bytes | None = None
+
+    def estimate(self, metric: Metric) -> tuple[float | None, float | None]:
+        """The (mean, standard error) of ``metric``, which the caller takes from the
+        problem it scores, so that an NLL is never read as a d_KL or the reverse."""
+        if metric not in ("kl", "nll"):
+            raise ValueError(f"unknown metric {metric!r}; allowed: kl, nll")
+        if metric != self.metric:
+            raise ValueError(f"the row of {self.agent} on {self.problem_id} (tau {self.tau}) "
+                             f"holds the {self.metric}, not the {metric}")
+        return (self.kl, self.kl_stderr) if metric == "kl" else (self.nll, self.nll_stderr)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -170,7 +170,7 @@ def smoke_rows():
     def rows(agent, config, level):
         return [runner.result_row(
             agent, store_lib.config_hash(agent, config), store_lib.config_json(config),
-            problem, tau, "auto", 0, kl=level * tau * (1 + 0.1 * i), kl_stderr=0.01,
+            problem, tau, "auto", 0, estimate=level * tau * (1 + 0.1 * i), estimate_stderr=0.01,
             num_clipped=0, accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.1,
             eval_seconds=0.5)
             for i, problem in enumerate(leaderboard.get_sweep("smoke").values())

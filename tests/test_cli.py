@@ -392,7 +392,7 @@ def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsy
                                                      "upds.png"]
     with leaderboard.ResultsStore(db, create=False) as store:
         rows = store.rows()
-    assert sorted((r["tau"], r["estimator"]) for r in rows) == [
+    assert sorted((r.tau, r.estimator) for r in rows) == [
         (1, "auto"), (2, "auto"), (10, "auto"), (10, "monte_carlo"), (100, "auto")]
     # A second call reuses the stored rows (nothing is trained); plot draws the tau curve.
     def no_training(*args, **kwargs):
@@ -482,13 +482,18 @@ def test_sweep_beside_dataset_is_refused_and_the_default_sweep_is_not(tmp_path, 
     assert "d.npz/0" in capsys.readouterr().out
 
 
+def _stored(problem, **changes):
+    """A stored row of ``problem`` (d_KL or NLL 0.5 ± 0.01), with ``changes``."""
+    row = runner.result_row("mlp", "h", "{}", problem, 1, "auto", 0, estimate=0.5,
+                            estimate_stderr=0.01, num_clipped=0, accuracy=0.9, ece=0.05,
+                            train_seconds=12345.0, compile_seconds=0.1, eval_seconds=0.5)
+    return store_lib.StoredRow(**{**row.as_dict(), **changes}, version="0", timestamp="t")
+
+
 def test_problem_table_columns_fit_a_million_training_pairs():
-    row = runner.result_row("mlp", "h", "{}", next(iter(leaderboard.get_sweep("smoke").values())),
-                            1, "auto", 0, kl=0.5, kl_stderr=0.01, num_clipped=0, accuracy=0.9,
-                            ece=0.05, train_seconds=12345.0, compile_seconds=0.1,
-                            eval_seconds=0.5).as_dict()
-    row.update(problem_id="a_long_problem_id_of_my_data/1234567", num_train=12_345_678,
-               seed=1_000_000, temperature=0.123456)
+    row = _stored(next(iter(leaderboard.get_sweep("smoke").values())),
+                  problem_id="a_long_problem_id_of_my_data/1234567", num_train=12_345_678,
+                  seed=1_000_000, temperature=0.123456)
     header, line = run_report.problem_table([row], [1]).splitlines()
     assert line.split() == ["a_long_problem_id_of_my_data/1234567", "0.123456", "12345678",
                             "1000000", "0.5000", "±", "0.0100", "0.900", "0.050", "12345.50"]
@@ -497,6 +502,19 @@ def test_problem_table_columns_fit_a_million_training_pairs():
     for name in ("T", "seed", "secs"):  # right-aligned above their values
         assert header.index(f" {name}") + len(name) + 1 in {
             m.end() for m in re.finditer(r"\S+", line)}, name
+
+
+def test_the_run_table_tells_regression_rows_by_their_target():
+    """A regression row says it is one (target), has no temperature or class count, and
+    shows its noise variance where a classification row shows its temperature; its
+    accuracy and ECE are n/a."""
+    problem = leaderboard.get_sweep("regression-quick")["regression/0"]
+    row = _stored(problem)
+    assert (row.target, row.temperature, row.num_classes) == ("regression", None, None)
+    header, line = run_report.problem_table([row], [1]).splitlines()
+    assert header.split()[:2] == ["problem_id", "noise"]
+    assert line.split() == ["regression/0", f"{problem.noise_variance:g}", str(problem.num_train),
+                            "0", "0.5000", "±", "0.0100", "n/a", "n/a", "12345.50"]
 
 
 def test_export_neutralises_formula_like_text_for_spreadsheets(tmp_path, capsys, smoke_rows):

@@ -70,7 +70,7 @@ def pack(db: str, agents, sweeps, out, computed_on: str | None = None) -> None:
         sweep_of = {pid: name for name, ids in old.sweeps.items() for pid in ids}
         rows_before: dict = {}
         for r in old.rows:
-            rows_before.setdefault((r["agent"], sweep_of.get(r["problem_id"])), set()).add(
+            rows_before.setdefault((r.agent, sweep_of.get(r.problem_id)), set()).add(
                 _fingerprint(r))
         before = {(p["agent"], p["sweep"]): (rows_before.get((p["agent"], p["sweep"]), set()),
                                              p.get("computed", old.computed))
@@ -89,7 +89,7 @@ def pack(db: str, agents, sweeps, out, computed_on: str | None = None) -> None:
 
 def _fingerprint(row) -> tuple:
     """What changes when a row is recomputed (its time), or computed anew."""
-    return row["problem_id"], row["tau"], row["timestamp"]
+    return row.problem_id, row.tau, row.timestamp
 
 
 def progress_markdown(path) -> str:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from neural_testbed.agents import registry
+from neural_testbed.leaderboard.store import StoredRow
 
 
 def output_file(path: str, flag: str) -> None:
@@ -37,9 +37,9 @@ def output_dir(path: str, flag: str) -> None:
         raise ValueError(f"{flag} {path!r}: the directory {existing!r} is not writable")
 
 
-def agent_in_store(name: str, rows: Sequence[Mapping[str, Any]], db: str, flag: str) -> None:
+def agent_in_store(name: str, rows: Sequence[StoredRow], db: str, flag: str) -> None:
     """One clear error for an agent name the store has no results for."""
-    stored = sorted({r["agent"] for r in rows})
+    stored = sorted({r.agent for r in rows})
     if name in stored:
         return
     if name in registry.AGENTS:
@@ -49,9 +49,9 @@ def agent_in_store(name: str, rows: Sequence[Mapping[str, Any]], db: str, flag: 
                      f"{', '.join(stored)}")
 
 
-def registered_agent(name: str, rows: Sequence[Mapping[str, Any]]) -> registry.AgentSpec:
+def registered_agent(name: str, rows: Sequence[StoredRow]) -> registry.AgentSpec:
     """The agent's spec; for an agent known only from the store, say how to load it."""
-    if name not in registry.AGENTS and any(r["agent"] == name for r in rows):
+    if name not in registry.AGENTS and any(r.agent == name for r in rows):
         raise ValueError(f"agent {name!r} has results in the store but is not registered in "
                          "this command: load the module that registers it with --import MODULE")
     return registry.get_agent(name)

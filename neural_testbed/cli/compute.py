@@ -8,7 +8,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from neural_testbed import outputs
 from neural_testbed import run as run_lib
 from neural_testbed.agents import registry
 from neural_testbed.cli import checks, figures, options
@@ -111,14 +110,14 @@ def _report_failures(rows, keep_going: bool) -> int:
     """Lists failed rows by agent and problem; the exit status of the command."""
     failed: dict[tuple[str, str], list] = {}
     for r in rows:
-        if r["status"] != "ok":
-            failed.setdefault((r["agent"], r["problem_id"]), []).append(r)
+        if r.status != "ok":
+            failed.setdefault((r.agent, r.problem_id), []).append(r)
     if failed:
         print(f"{len(failed)} failed (agent, problem) pairs; rerun with --retry-failed to "
               "recompute only them:", file=sys.stderr)
     for (agent, pid), group in sorted(failed.items()):
-        taus = ", ".join(str(r["tau"]) for r in group)
-        print(f"  FAILED {agent} {pid} (tau {taus}): {group[0]['error']}", file=sys.stderr)
+        taus = ", ".join(str(r.tau) for r in group)
+        print(f"  FAILED {agent} {pid} (tau {taus}): {group[0].error}", file=sys.stderr)
     return 1 if failed and not keep_going else 0
 
 
@@ -126,7 +125,7 @@ def _compiling(args, summary: run_lib.SweepSummary, rows) -> str:
     """How much of the run's time went to compiling, where every row was computed by it."""
     if summary.reused:
         return ""
-    per_problem = {r["problem_id"]: r["compile_seconds"] for r in rows if r["status"] == "ok"}
+    per_problem = {r.problem_id: r.compile_seconds for r in rows if r.status == "ok"}
     total = sum(per_problem.values())
     alone = args.units_at_once == 1 and args.workers == 1 and args.backend == "local"
     return (f" ({total:.1f} s of it compiling)" if alone else
@@ -145,7 +144,7 @@ def run(args) -> int:
     with store_lib.ResultsStore(args.db, create=False) as store:
         rows = store.run_rows(args.agent, [config], problems, [args.estimator], args.seed)
         if args.output:
-            store.to_csv(args.output, [outputs.spreadsheet_safe(r) for r in rows])
+            store.to_csv(args.output, rows, spreadsheet_safe=True)
     taus = sorted({t for p in problems for t in p.taus})
     print(run_report.problem_table(rows, taus))
     print(run_report.aggregate_line(rows, problems))
@@ -191,13 +190,13 @@ def _print_diagnostics(args, problem, records) -> None:
     print(f"{args.agent} on {args.problem} (T = {problem.num_train}, N = {problem.num_test}, "
           f"M = {problem.num_samples})")
     header = ["tau", "estimator", metric, "se", "accuracy", "ECE"]
-    table = [[r["tau"], r["estimator"], f"{r['kl']:.4f}", f"{r['kl_stderr']:.4f}",
-              f"{r['accuracy']:.3f}", f"{r['ece']:.3f}"] for r, _ in records]
+    table = [[r.tau, r.estimator, *(f"{v:.4f}" for v in r.estimate(problem.metric)),
+              f"{r.accuracy:.3f}", f"{r.ece:.3f}"] for r, _ in records]
     print(scoring.format_records([dict(zip(header, line)) for line in table], "table", header))
     print("\ndiagnostics (uncertainties are traces of K x K matrices, per input; AUD and "
           "rejection use the top-class confidence rescaled from [1/K, 1] to [0, 1]):")
-    names = ["metric"] + [f"tau={r['tau']}" + ("" if r["estimator"] == args.estimator
-                                                else f" ({r['estimator']})") for r, _ in records]
+    names = ["metric"] + [f"tau={r.tau}" + ("" if r.estimator == args.estimator
+                                            else f" ({r.estimator})") for r, _ in records]
     lines = [dict(zip(names, [name] + ["n/a" if rec[name] is None else f"{rec[name]:.4g}"
                                        for _, rec in records]))
              for name in diagnostics_report.METRICS]
@@ -220,14 +219,14 @@ def diagnose(args) -> int:
     with store_lib.ResultsStore(args.db, create=False) as store:
         rows = store.run_rows(args.agent, [config], [problem],
                               [args.estimator, "monte_carlo"], args.seed)
-    records = [(r, drawing.record_of(r)) for r in rows if r["status"] == "ok"]
+    records = [(r, drawing.record_of(r)) for r in rows if r.status == "ok"]
     if not records or any(record is None for _, record in records):
         print(f"no diagnostics stored for {args.agent} on {args.problem} (rows written before "
               "they existed): rerun with --recompute", file=sys.stderr)
         return _report_failures(rows, args.keep_going) or 1
     _print_diagnostics(args, problem, records)
     row, record = records[0]
-    title = f"{args.agent} on {args.problem}, tau = {row['tau']}"
+    title = f"{args.agent} on {args.problem}, tau = {row.tau}"
     for path in drawing.save_diagnostic_figures(record, args.out, title=title):
         print(f"wrote {path}")
     return _report_failures(rows, args.keep_going)

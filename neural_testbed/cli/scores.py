@@ -145,8 +145,8 @@ def _add_correlate(commands, g: options.Groups) -> None:
     parser.set_defaults(handler=correlate)
 
 
-def _counted(rows: list[dict[str, Any]], problems: Mapping[str, Any],
-             published_agents: Sequence[str] | None = ()) -> list[dict[str, Any]]:
+def _counted(rows: list[store_lib.StoredRow], problems: Mapping[str, Any],
+             published_agents: Sequence[str] | None = ()) -> list[store_lib.StoredRow]:
     """The rows that count on ``problems`` (:func:`counted.counted_rows`: the store's,
     and the published rows of ``published_agents`` where the store lacks them); its
     notes go to stderr."""
@@ -272,7 +272,7 @@ def compare(args) -> int:
     rows = store_lib.rows_to_score(args.db)  # the store alone: no agent need be registered
     checks.agent_in_store(args.agent, rows, args.db, "--agent")
     rows = _counted(rows, problems, baseline_names)
-    have = {r["agent"] for r in rows}
+    have = {r.agent for r in rows}
     for name in baseline_names:
         if name not in have:
             raise ValueError(f"--baseline {name!r}: neither {args.db!r} nor the published "
@@ -309,8 +309,8 @@ def _testbed_vs_real(args, rows, problems, real):
     if not args.real_sweep:
         return None
     options.remember_datasets(args, real)
-    on_both = ({r["agent"] for r in rows if r["problem_id"] in problems}
-               & {r["agent"] for r in rows if r["problem_id"] in real})
+    on_both = ({r.agent for r in rows if r.problem_id in problems}
+               & {r.agent for r in rows if r.problem_id in real})
     if not on_both:
         raise ValueError(f"no agent has rows on both {args.sweep} and {args.real_sweep} "
                          f"in {args.db}")

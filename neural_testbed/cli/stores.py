@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from neural_testbed import outputs
 from neural_testbed.cli import checks, options
 from neural_testbed.leaderboard import studies
 from neural_testbed.leaderboard import store as store_lib
@@ -56,7 +55,7 @@ def export(args) -> int:
     checks.output_file(args.output, "-o")
     with store_lib.ResultsStore(args.db, create=False) as store:
         if args.table == "rows":
-            count = store.to_csv(args.output, [outputs.spreadsheet_safe(r) for r in store.rows()])
+            count = store.to_csv(args.output, spreadsheet_safe=True)
         else:
             count = studies.write_long_csv(store.studies(), args.output)
     print(f"wrote {count} {'rows' if args.table == 'rows' else 'study values'} to "

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from neural_testbed import base
 from neural_testbed.diagnostics import report
 from neural_testbed.figures.canvas import new_figure, save_figure
 from neural_testbed.likelihood import kl
@@ -110,18 +111,18 @@ def save_diagnostic_figures(record: Mapping[str, Any], out_dir, prefix: str = ""
             figure_rejection(record, out_dir / f"{prefix}rejection.png", title)]
 
 
-def tau_curves(rows: Iterable[Mapping[str, Any]],
+def tau_curves(rows: Iterable[base.ProblemResult],
                problems: Mapping[str, Any]) -> dict[str, dict[tuple[int, str], tuple]]:
     """Per agent (and config, where an agent has several), ``(tau, estimator) -> (mean of
     d_KL^tau / tau over problems, its standard error, number of problems)`` for agent
-    configs stored at three or more taus."""
+    configs stored at three or more taus (the NLL where the problems' metric is NLL)."""
     by_key: dict[tuple[str, str], dict[tuple[int, str], dict[str, tuple[float, float]]]] = {}
     for r in rows:
-        if r["problem_id"] not in problems or r["status"] != "ok":
+        if r.problem_id not in problems or r.status != "ok":
             continue
-        curve = by_key.setdefault((r["agent"], r["config_hash"]), {})
-        curve.setdefault((r["tau"], r["estimator"]), {})[r["problem_id"]] = (r["kl"],
-                                                                            r["kl_stderr"])
+        curve = by_key.setdefault((r.agent, r.config_hash), {})
+        curve.setdefault((r.tau, r.estimator), {})[r.problem_id] = r.estimate(
+            problems[r.problem_id].metric)
     by_key = {k: c for k, c in by_key.items() if len({tau for tau, _ in c}) >= 3}
     configs_of = collections.Counter(agent for agent, _ in by_key)
     curves = {}
@@ -138,7 +139,7 @@ def tau_curves(rows: Iterable[Mapping[str, Any]],
     return curves
 
 
-def figure_kl_per_tau(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
+def figure_kl_per_tau(rows: Iterable[base.ProblemResult], problems: Mapping[str, Any],
                       path) -> pathlib.Path:
     """d_KL^tau / tau against tau per agent (mean over problems, +- SE). Flat for an
     agent whose joint prediction is the product of its marginals; below flat where
@@ -174,6 +175,6 @@ def figure_kl_per_tau(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, 
     return save_figure(figure, path)
 
 
-def record_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
+def record_of(row: base.ProblemResult) -> dict[str, Any] | None:
     """A stored row's diagnostics dict, or None (rows written before schema 3)."""
-    return json.loads(row["diagnostics"]) if row.get("diagnostics") else None
+    return json.loads(row.diagnostics) if row.diagnostics else None

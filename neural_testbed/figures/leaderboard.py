@@ -350,7 +350,7 @@ def figure_testbed_vs_real(
 
 
 def save_figures(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[base.ProblemResult],
     problems: Mapping[str, problems_lib.Problem],
     out_dir: str | os.PathLike,
     baseline: str = "mlp",
@@ -396,8 +396,8 @@ def save_figures(
         figure_kl_vs_time(scoring.score_candidates(rows, problems), base_kl_100,
                           out_dir / "figure10.png", baseline),
     ]
-    priors = {prior_function_label(json.loads(r["config"]) or {}) for r in rows
-              if r["agent"] == "ensemble+" and r["problem_id"] in problems}
+    priors = {prior_function_label(json.loads(r.config) or {}) for r in rows
+              if r.agent == "ensemble+" and r.problem_id in problems}
     if len(priors) >= 2:
         paths.append(figure_prior_functions(rows, problems, out_dir / "figure7.png",
                                             baseline=baseline))
@@ -412,27 +412,28 @@ def prior_function_label(config: Mapping[str, Any]) -> str:
 
 
 def prior_function_ratios(
-    rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any], agent: str = "ensemble+",
+    rows: Iterable[base.ProblemResult], problems: Mapping[str, Any], agent: str = "ensemble+",
     baseline: str = "mlp",
 ) -> dict[tuple[Any, int, str, float], dict[int, list[float]]]:
     """Figure 7's numbers: (stratum's first coordinate, tau, prior, prior scale) -> T ->
-    per-seed ratios of the agent's value to the baseline default config's on the same
-    problem and tau."""
+    per-seed ratios of the agent's value (d_KL or NLL, as the problem's metric says) to
+    the baseline default config's on the same problem and tau."""
     base_hash = configs_lib.config_hash(baseline, registry.get_agent(baseline).default)
-    base = {(r["problem_id"], r["tau"]): r["kl"] for r in rows
-            if r["agent"] == baseline and r["config_hash"] == base_hash and r["status"] == "ok"}
+    ok = [(r, problems[r.problem_id]) for r in rows
+          if r.status == "ok" and r.problem_id in problems]
+    reference = {(r.problem_id, r.tau): r.estimate(p.metric)[0] for r, p in ok
+                 if r.agent == baseline and r.config_hash == base_hash}
     ratios: dict[tuple[Any, int, str, float], dict[int, list[float]]] = {}
-    for r in rows:
-        key = (r["problem_id"], r["tau"])
-        if r["agent"] != agent or r["status"] != "ok" or key not in base or \
-                r["problem_id"] not in problems or not base[key] > 0:
+    for r, problem in ok:
+        key = (r.problem_id, r.tau)
+        if r.agent != agent or key not in reference or not reference[key] > 0:
             continue
-        problem = problems[r["problem_id"]]
-        config = json.loads(r["config"]) or {}
+        config = json.loads(r.config) or {}
         label = prior_function_label(config)
         scale = 0.0 if label == "none" else float(config.get("prior_scale", 0.0))
-        cell = ratios.setdefault((problem.stratum[0], r["tau"], label, scale), {})
-        cell.setdefault(problem.num_train, []).append(r["kl"] / base[key])
+        cell = ratios.setdefault((problem.stratum[0], r.tau, label, scale), {})
+        cell.setdefault(problem.num_train, []).append(r.estimate(problem.metric)[0]
+                                                      / reference[key])
     return ratios
 
 
@@ -453,7 +454,7 @@ def best_prior_scales(
 
 
 def figure_prior_functions(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[base.ProblemResult],
     problems: Mapping[str, Any],
     path: str | os.PathLike,
     agent: str = "ensemble+",

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from neural_testbed import run
+from neural_testbed import base, run
 from neural_testbed.agents import registry
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import configs as configs_lib
@@ -51,11 +51,11 @@ PUBLISHED_TABLE = pathlib.Path(__file__).with_name("published_baselines.json.gz"
 
 @dataclasses.dataclass(frozen=True)
 class Published:
-    """The published table: its rows (store rows as dicts) and where they came from."""
+    """The published table: its rows (as a store holds them) and where they came from."""
 
     version: str  # e.g. "baselines v1, neural-testbed 0.1.0"
     computed: str  # machine, JAX version, dates (of every part, in one line)
-    rows: tuple[dict[str, Any], ...]
+    rows: tuple[store_lib.StoredRow, ...]
     # problem id -> (key_seed, num_test, num_samples, taus): the definition it was computed on
     definitions: Mapping[str, tuple]
     # per (agent, sweep): problems done of the sweep's, how many of them with a failed row
@@ -88,7 +88,7 @@ def _problem_signature(problem) -> tuple:
             tuple(int(t) for t in problem.taus))
 
 
-def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[str, Any]],
+def build_table(rows: Iterable[store_lib.StoredRow], sweeps: Mapping[str, Mapping[str, Any]],
                 agents: Mapping[str, Sequence[str]], package_version: str,
                 computed: str | Callable[[str, str, list], str]) -> dict[str, Any]:
     """The table of the default-config rows (agent seed 0, estimator "auto") of
@@ -100,27 +100,28 @@ def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[
     names = {name for sweep_agents in agents.values() for name in sweep_agents}
     wanted = {name: configs_lib.config_hash(name, registry.get_agent(name).default)
               for name in names}
-    kept = [dict(r) for r in rows
-            if wanted.get(r["agent"]) == r["config_hash"] and r["problem_id"] in problems
-            and r["agent_seed"] == 0 and r["estimator"] == "auto"
-            and (r["num_test"], r["num_samples"]) == (problems[r["problem_id"]].num_test,
-                                                      problems[r["problem_id"]].num_samples)]
+    kept = [r for r in rows
+            if wanted.get(r.agent) == r.config_hash and r.problem_id in problems
+            and r.agent_seed == 0 and r.estimator == "auto"
+            and (r.num_test, r.num_samples) == (problems[r.problem_id].num_test,
+                                                problems[r.problem_id].num_samples)]
     progress = []
     for sweep_name, sweep in sweeps.items():
         for name in agents[sweep_name]:
-            part = [r for r in kept if r["agent"] == name and r["problem_id"] in sweep]
-            done = {r["problem_id"] for r in part}
-            failed = {r["problem_id"] for r in part if r["status"] != "ok"}
+            part = [r for r in kept if r.agent == name and r.problem_id in sweep]
+            done = {r.problem_id for r in part}
+            failed = {r.problem_id for r in part if r.status != "ok"}
             stamp = computed if isinstance(computed, str) else computed(name, sweep_name, part)
             progress.append({"agent": name, "sweep": sweep_name, "problems": len(done),
                              "failed": len(failed), "of": len(sweep), "computed": stamp})
-    for r in kept:  # the scalars `leaderboard --metrics` reads; not the per-bin arrays,
-        if r.get("diagnostics"):  # which would make the table 19 times larger
-            r["diagnostics"] = json.dumps(
-                {k: v for k, v in json.loads(r["diagnostics"]).items()
-                 if k in diagnostics_report.ROW_METRICS}, sort_keys=True)
+    # The scalars `leaderboard --metrics` reads; not the per-bin arrays, which would make
+    # the table 19 times larger.
+    kept = [dataclasses.replace(r, diagnostics=json.dumps(
+                {k: v for k, v in json.loads(r.diagnostics).items()
+                 if k in diagnostics_report.ROW_METRICS}, sort_keys=True))
+            if r.diagnostics else r for r in kept]
     columns = list(store_lib.COLUMNS)
-    used = {r["problem_id"] for r in kept}
+    used = {r.problem_id for r in kept}
     return {
         "format": FORMAT_VERSION,
         "version": f"baselines v{FORMAT_VERSION}, neural-testbed {package_version}",
@@ -130,8 +131,8 @@ def build_table(rows: Iterable[Mapping[str, Any]], sweeps: Mapping[str, Mapping[
         "progress": progress,
         "sweeps": {name: sorted(sweep) for name, sweep in sweeps.items()},
         "columns": columns,
-        "rows": [[r.get(c) for c in columns] for r in sorted(
-            kept, key=lambda r: (r["agent"], r["problem_id"], r["tau"]))],
+        "rows": [[getattr(r, c) for c in columns] for r in sorted(
+            kept, key=lambda r: (r.agent, r.problem_id, r.tau))],
     }
 
 
@@ -166,9 +167,10 @@ def _load(path: str, stamp: int | None) -> Published:
         raise store_lib.StoreError(f"{path!r} is published-baselines format "
                                    f"{table.get('format')!r}; this version reads "
                                    f"{FORMAT_VERSION}")
+    # Rows in the columns of a store of their time: read as such a store's are.
     columns = table["columns"]
-    missing = {c: None for c in store_lib.COLUMNS if c not in columns}
-    rows = tuple({**dict(zip(columns, values)), **missing} for values in table["rows"])
+    rows = tuple(store_lib.stored_row(dict(zip(columns, values)), source="published")
+                 for values in table["rows"])
     return Published(table["version"], table["computed"], rows,
                      {pid: (*sig[:3], tuple(sig[3])) for pid, sig in table["problems"].items()},
                      tuple(table["progress"]),
@@ -176,19 +178,19 @@ def _load(path: str, stamp: int | None) -> Published:
 
 
 def rows_for(published: Published, agents: Iterable[str],
-             problems: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+             problems: Mapping[str, Any]) -> tuple[list[store_lib.StoredRow], list[str]]:
     """The published rows of ``agents`` on ``problems`` whose definitions match, and notes
     on the problems whose published definition differs (their rows are left out)."""
     agents = set(agents)
     rows, stale = [], set()
     for r in published.rows:
-        problem = problems.get(r["problem_id"])
-        if r["agent"] not in agents or problem is None:
+        problem = problems.get(r.problem_id)
+        if r.agent not in agents or problem is None:
             continue
-        if published.definitions.get(r["problem_id"]) != _problem_signature(problem):
-            stale.add(r["problem_id"])
+        if published.definitions.get(r.problem_id) != _problem_signature(problem):
+            stale.add(r.problem_id)
             continue
-        rows.append(dict(r))
+        rows.append(r)
     notes = [f"{len(stale)} problems have published rows of another definition (left out), "
              f"e.g. {min(stale)}"] if stale else []
     return rows, notes
@@ -200,7 +202,7 @@ def reproduce_sample(published: Published, agent: str, problems: Mapping[str, An
     strata: one problem of each stratum in turn (lowest seed first), the strata in a
     fixed shuffled order."""
     rows, _ = rows_for(published, [agent], problems)
-    ids = sorted({r["problem_id"] for r in rows})
+    ids = sorted({r.problem_id for r in rows})
     by_stratum: dict[Any, list[Any]] = {}
     for pid in ids:
         p = problems[pid]
@@ -227,13 +229,16 @@ def reproduce_sample(published: Published, agent: str, problems: Mapping[str, An
 AGREEMENT_SIGMAS = 3.0
 
 
-def agreement(published_row: Mapping[str, Any], new_row: Mapping[str, Any]) -> dict[str, Any]:
-    """The difference of a recomputed row from its published one and whether they agree."""
-    diff = new_row["kl"] - published_row["kl"]
-    stderr = math.hypot(published_row["kl_stderr"] or 0.0, new_row["kl_stderr"] or 0.0)
-    return {"problem_id": new_row["problem_id"], "tau": new_row["tau"],
-            "published": published_row["kl"], "recomputed": new_row["kl"], "diff": diff,
-            "stderr": stderr,
+def agreement(published_row: base.ProblemResult, new_row: base.ProblemResult,
+              metric: base.Metric) -> dict[str, Any]:
+    """The difference of a recomputed row from its published one in ``metric`` (the
+    problem's), and whether they agree."""
+    (published, published_se), (new, new_se) = (published_row.estimate(metric),
+                                                new_row.estimate(metric))
+    diff = new - published
+    stderr = math.hypot(published_se or 0.0, new_se or 0.0)
+    return {"problem_id": new_row.problem_id, "tau": new_row.tau, "published": published,
+            "recomputed": new, "diff": diff, "stderr": stderr,
             "agree": bool(abs(diff) <= AGREEMENT_SIGMAS * stderr or diff == 0.0)}
 
 
@@ -317,13 +322,13 @@ def reproduce(agent: str, problems: Mapping[str, Any], num_problems: int, *,
     published = load()
     sample = reproduce_sample(published, agent, problems, num_problems)
     if not sample:
-        covered = sorted({r["agent"] for r in published.rows if r["problem_id"] in problems})
+        covered = sorted({r.agent for r in published.rows if r.problem_id in problems})
         raise ValueError(f"the published baseline results ({published.version}) have no rows "
                          f"of {agent!r} on the {sweep_name} sweep; on it they have "
                          f"{', '.join(covered) or 'no agent yet'}")
     rows, _ = rows_for(published, [agent], {p.problem_id: p for p in sample})
     default_hash = store_lib.config_hash(agent, spec.default)
-    if {r["config_hash"] for r in rows} != {default_hash}:
+    if {r.config_hash for r in rows} != {default_hash}:
         raise ValueError(f"the published rows of {agent!r} are of another config than "
                          f"its default today ({default_hash}): they cannot be reproduced here")
     if announce is not None:
@@ -332,8 +337,8 @@ def reproduce(agent: str, problems: Mapping[str, Any], num_problems: int, *,
                  f"{published.describe([agent], [p.problem_id for p in sample])}")
     new = run.run_agent(spec.make(spec.default), sample, agent, config=spec.default,
                         options=run.RunOptions(progress=progress))
-    by_key = {(r["problem_id"], r["tau"]): r for r in rows if r["estimator"] == "auto"}
-    records = [agreement(by_key[r.problem_id, r.tau], r.as_dict()) for r in new
-               if (r.problem_id, r.tau) in by_key and r.status == "ok"]
+    by_key = {(r.problem_id, r.tau): r for r in rows if r.estimator == "auto"}
+    records = [agreement(by_key[r.problem_id, r.tau], r, problems[r.problem_id].metric)
+               for r in new if (r.problem_id, r.tau) in by_key and r.status == "ok"]
     failed = sum(r.status != "ok" for r in new)
     return Reproduction(records, failed, paired_agreement(records))

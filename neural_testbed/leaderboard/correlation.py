@@ -5,8 +5,8 @@ synthetic testbed and on real datasets and reports the Pearson correlation of
 the two across configs, per data regime, with bootstrap 5th/95th percentiles.
 It does not say how a config is scored; these are our definitions:
 
-* Value. Per problem and tau, a config's stored ``kl`` (d_KL on the testbed, the
-  NLL on real data) divided by the baseline's default config's on the same
+* Value. Per problem and tau, a config's stored d_KL on the testbed (``kl``), its
+  NLL on real data (``nll``), divided by the baseline's default config's on the same
   problem and tau. The ratio puts problems with different class counts and label
   entropies on one scale: a raw NLL mean would be dominated by the hardest
   dataset. A config's value is averaged over the agent seeds and estimators the
@@ -40,6 +40,7 @@ import numpy as np
 from neural_testbed.agents import registry
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import scoring
+from neural_testbed.leaderboard.store import StoredRow
 
 __all__ = ["COLUMNS", "REGIMES", "correlate", "describe", "regime_problems"]
 
@@ -57,7 +58,7 @@ _PERCENTILES = (5, 95)
 _MIN_CONFIGS = 3  # two points always lie on a line
 
 Config = tuple[str, str]  # agent, config_hash
-Values = dict[Config, dict[str, dict[int, float]]]  # config -> problem id -> tau -> kl
+Values = dict[Config, dict[str, dict[int, float]]]  # config -> problem id -> tau -> d_KL/NLL
 
 
 class _Side(NamedTuple):
@@ -82,7 +83,7 @@ def regime_problems(problems: Mapping[str, Any], regime: str) -> dict[str, Any]:
 
 def describe(baseline: str, num_bootstrap: int, seed: int) -> str:
     """The definitions behind a table of :func:`correlate`, in two lines."""
-    return (f"score: a config's kl (d_KL synthetic, NLL real) / {baseline}'s default config's "
+    return (f"score: a config's d_KL (synthetic) or NLL (real) / {baseline}'s default config's "
             "on the same problem and tau, averaged over taus, then over the regime's problems; "
             "correlation: Pearson across the agent's configs of (synthetic score, real score)\n"
             f"regimes: low data = {REGIMES['low data']}; high data = {REGIMES['high data']}; "
@@ -100,15 +101,17 @@ def _check_side(problems: Mapping[str, Any], metric: str, side: str) -> None:
                          f"{', '.join(wrong)} problems")
 
 
-def _values(rows: Sequence[Mapping[str, Any]], problems: Mapping[str, Any]) -> Values:
-    """Each config's kl per problem and tau, over its complete (problem, candidate) results."""
+def _values(rows: Sequence[StoredRow], problems: Mapping[str, Any]) -> Values:
+    """Each config's d_KL or NLL (the sweep's metric) per problem and tau, over its complete
+    (problem, candidate) results."""
     complete, _, _ = scoring.collect_scores(rows, problems)
     runs: dict[Config, dict[str, list[dict[int, float]]]] = {}
     for (agent, config_hash, _, _), by_pid in complete.items():
         for pid, score in by_pid.items():
-            runs.setdefault((agent, config_hash), {}).setdefault(pid, []).append(score.kl)
-    return {config: {pid: {tau: float(np.mean([kl[tau] for kl in kls])) for tau in kls[0]}
-                     for pid, kls in by_pid.items()}
+            runs.setdefault((agent, config_hash), {}).setdefault(pid, []).append(score.loss)
+    return {config: {pid: {tau: float(np.mean([loss[tau] for loss in losses]))
+                           for tau in losses[0]}
+                     for pid, losses in by_pid.items()}
             for config, by_pid in runs.items()}
 
 
@@ -199,7 +202,7 @@ def _record(agent: str, regime: str, synthetic: _Side, real: _Side, num_bootstra
 
 
 def correlate(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[StoredRow],
     synthetic_problems: Mapping[str, Any],
     real_problems: Mapping[str, Any],
     agents: Sequence[str],

@@ -14,7 +14,7 @@ A store's rows and the published baseline rows are combined here and nowhere els
 3. Rows of any other config, seed or estimator are the user's own candidates: published
    rows never merge into them.
 
-Every row that comes back carries ``source``: ``"local"`` or ``"published"``, which
+Every row that comes back carries its ``source``: ``"local"`` or ``"published"``, which
 scoring turns into each record's ``source`` and every table and figure shows.
 
 Example: the store holds mlp's default config on the 4 ``smoke`` problems and a
@@ -33,6 +33,7 @@ from neural_testbed import base
 from neural_testbed.agents import registry
 from neural_testbed.leaderboard import baselines as baselines_lib
 from neural_testbed.leaderboard import configs as configs_lib
+from neural_testbed.leaderboard.store import StoredRow
 
 __all__ = ["counted_rows", "default_hashes"]
 
@@ -44,15 +45,15 @@ def default_hashes(agents: Iterable[str]) -> dict[str, str]:
             for name in agents if name in registry.AGENTS}
 
 
-def _evaluates(row: Mapping[str, Any], problem: Any) -> bool:
-    return (row.get("problem_hash") == base.definition_hash(problem)
-            and row["num_test"] == problem.num_test and row["num_samples"] == problem.num_samples)
+def _evaluates(row: StoredRow, problem: Any) -> bool:
+    return (row.problem_hash == base.definition_hash(problem)
+            and row.num_test == problem.num_test and row.num_samples == problem.num_samples)
 
 
-def counted_rows(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
+def counted_rows(rows: Iterable[StoredRow], problems: Mapping[str, Any],
                  published_agents: Sequence[str] | None = (),
                  published: baselines_lib.Published | None = None,
-                 ) -> tuple[list[dict[str, Any]], list[str]]:
+                 ) -> tuple[list[StoredRow], list[str]]:
     """The rows that count on ``problems``, each with its ``source``, and notes.
 
     Args:
@@ -63,20 +64,20 @@ def counted_rows(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
       published: the published table (default: the one shipped with the package).
 
     Returns:
-      The rows (local first, then published) and one-line notes on what was left out
-      or filled in.
+      The rows (local first, then published; each says its ``source``) and one-line
+      notes on what was left out or filled in.
     """
     notes: list[str] = []
     local, foreign = [], {}
     for r in rows:
-        problem = problems.get(r["problem_id"])
+        problem = problems.get(r.problem_id)
         if problem is None:
             continue
         if _evaluates(r, problem):
-            local.append({**r, "source": "local"})
-        elif r.get("problem_hash") != base.definition_hash(problem):
-            foreign.setdefault(r["problem_id"], 0)
-            foreign[r["problem_id"]] += 1
+            local.append(r)
+        elif r.problem_hash != base.definition_hash(problem):
+            foreign.setdefault(r.problem_id, 0)
+            foreign[r.problem_id] += 1
     if foreign:
         example = min(foreign)
         notes.append(f"{sum(foreign.values())} stored rows under {len(foreign)} problem ids of "
@@ -86,35 +87,35 @@ def counted_rows(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
     if published_agents is not None and not published_agents:
         return local, notes
     published = published or baselines_lib.load()
-    agents = (sorted({r["agent"] for r in published.rows}) if published_agents is None
+    agents = (sorted({r.agent for r in published.rows}) if published_agents is None
               else list(published_agents))
     extra, stale = baselines_lib.rows_for(published, agents, problems)
     notes += [f"published baselines: {note}" for note in stale]
-    extra = [r for r in extra if _evaluates(r, problems[r["problem_id"]])]
+    extra = [r for r in extra if _evaluates(r, problems[r.problem_id])]
     defaults = default_hashes(agents)
-    by_problem: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by_problem: dict[tuple[str, str], list[StoredRow]] = {}
     for r in extra:
-        by_problem.setdefault((r["agent"], r["problem_id"]), []).append(r)
-    mine: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        by_problem.setdefault((r.agent, r.problem_id), []).append(r)
+    mine: dict[tuple[str, str], list[StoredRow]] = {}
     for r in local:
-        if (r["agent"] in defaults and r["config_hash"] == defaults[r["agent"]]
-                and r["estimator"] == "auto" and r["agent_seed"] == 0):
-            mine.setdefault((r["agent"], r["problem_id"]), []).append(r)
+        if (r.agent in defaults and r.config_hash == defaults[r.agent]
+                and r.estimator == "auto" and r.agent_seed == 0):
+            mine.setdefault((r.agent, r.problem_id), []).append(r)
     kept, set_aside, filled = [], [], {}
     for key, theirs in by_problem.items():
         ours = mine.get(key, [])
-        version = theirs[0]["version"]
-        complete = ({r["tau"] for r in ours if r["status"] == "ok" and r["version"] == version}
+        version = theirs[0].version
+        complete = ({r.tau for r in ours if r.status == "ok" and r.version == version}
                     >= set(problems[key[1]].taus))
         if complete:
             continue  # the store's own rows of the same config and code version win
         set_aside += ours
-        kept += [{**r, "source": "published"} for r in theirs]
+        kept += theirs
         filled[key[0]] = filled.get(key[0], 0) + 1
     if set_aside:
         aside = {id(r) for r in set_aside}
         local = [r for r in local if id(r) not in aside]
-        names = sorted({r["agent"] for r in set_aside})
+        names = sorted({r.agent for r in set_aside})
         notes.append(f"{len(set_aside)} stored rows of {', '.join(names)}'s default config "
                      "cover only some taus of a problem, or were computed by another version, "
                      "where published rows exist: the published rows are used for those "

@@ -27,7 +27,7 @@ def _pandas():
     return pandas
 
 
-def _rows(db: str) -> list[dict]:
+def _rows(db: str) -> list[store_lib.StoredRow]:
     with store_lib.ResultsStore(db, create=False) as store:
         return store.rows()
 
@@ -44,8 +44,8 @@ def results_frame(db: str = store_lib.DEFAULT_DB):
     (:data:`neural_testbed.diagnostics.report.ROW_METRICS`; NaN where a row has none). The
     binned curves stay in the ``diagnostics`` JSON column."""
     rows = _rows(db)
-    frame = _pandas().DataFrame(rows, columns=list(store_lib.COLUMNS))
-    records = [json.loads(r["diagnostics"]) if r.get("diagnostics") else {} for r in rows]
+    frame = _pandas().DataFrame([r.record() for r in rows], columns=list(store_lib.COLUMNS))
+    records = [json.loads(r.diagnostics) if r.diagnostics else {} for r in rows]
     for name in report.ROW_METRICS:
         frame[name] = [math.nan if rec.get(name) is None else rec[name] for rec in records]
     return frame

@@ -1,8 +1,9 @@
 """Leaderboard scores and paired comparisons from stored rows.
 
-Pure functions over row dicts (as :meth:`ResultsStore.rows` returns them).
+Pure functions over stored rows (as :meth:`ResultsStore.rows` returns them).
 A *candidate* is one (agent, config, estimator, agent seed). For each tau, an
-agent's d_KL^tau is the mean KL over the sweep's problems;
+agent's d_KL^tau is the mean KL over the sweep's problems (the NLL on problems whose
+metric is ``nll``: each row's value is read from the column of its problem's metric);
 ``d_KL^agg = sum_tau d_KL^tau / tau`` (= d_KL^1 + d_KL^100 / 100 for the
 paper's taus). Tuning picks, per agent, the candidate with the lowest d_KL^agg
 (``global``), or one per (temperature, T) setting (``per-setting``, as the
@@ -27,6 +28,7 @@ from typing import Any
 
 from neural_testbed import base
 from neural_testbed.diagnostics import report as diagnostics_report
+from neural_testbed.leaderboard.store import StoredRow
 
 __all__ = [
     "COMPARE_METRICS",
@@ -67,7 +69,7 @@ COMPARE_METRICS: Mapping[str, bool] = types.MappingProxyType({
 class ProblemScore:
     """One candidate's scores on one problem, gathered from its ok rows."""
 
-    kl: dict[int, float]  # tau -> KL
+    loss: dict[int, float]  # tau -> d_KL or NLL, as the problem's metric says
     accuracy: float = math.nan  # of the smallest tau's evaluation
     ece: float = math.nan
     seconds: float = 0.0  # train + every tau's evaluation
@@ -86,7 +88,7 @@ def _setting(problem: Any) -> Setting:
 
 def _mean(values: Sequence[float | None]) -> float:
     """The mean; NaN when there are no values or one is undefined (None: accuracy and
-    ECE on regression problems are stored as NULL)."""
+    ECE of regression rows)."""
     if not values or any(v is None for v in values):
         return math.nan
     return sum(values) / len(values)
@@ -127,12 +129,12 @@ def _ratio(mine: Mapping[str, ProblemScore], base: Mapping[str, ProblemScore], t
     variance of the mean of the residuals a_i - R b_i, divided by B^2.
     """
     pids = [pid for pid in mine if pid in base]
-    a = _mean([mine[pid].kl[tau] for pid in pids])
-    b = _mean([base[pid].kl[tau] for pid in pids])
+    a = _mean([mine[pid].loss[tau] for pid in pids])
+    b = _mean([base[pid].loss[tau] for pid in pids])
     if not pids or b == 0:
         return math.nan, math.nan
     r = a / b
-    residuals = [(_setting(problems[pid]), mine[pid].kl[tau] - r * base[pid].kl[tau])
+    residuals = [(_setting(problems[pid]), mine[pid].loss[tau] - r * base[pid].loss[tau])
                  for pid in pids]
     return r, stratified(residuals)[1] / abs(b)
 
@@ -159,11 +161,11 @@ def _verdict(mean: float, p_value: float, higher_is_better: bool = False) -> str
 PerProblem = Mapping[tuple[str, str, int, str], Mapping[str, float]]
 
 
-def collect_scores(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any],
+def collect_scores(rows: Iterable[StoredRow], problems: Mapping[str, Any],
                    per_problem: PerProblem | None = None):
-    """candidate -> problem id -> scores, from ok rows of the sweep's problems; each
-    problem's diagnostics gain the ``per_problem`` values of its (agent, config hash,
-    agent seed, problem id).
+    """candidate -> problem id -> scores, from ok rows of the sweep's problems, each
+    row's d_KL or NLL as its problem's metric says; each problem's diagnostics gain the
+    ``per_problem`` values of its (agent, config hash, agent seed, problem id).
 
     Raises:
       ValueError: if those rows mix metrics (KL and NLL): a mean over both means nothing.
@@ -172,27 +174,27 @@ def collect_scores(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any
     configs: dict[Candidate, str] = {}
     metrics = set()
     for r in rows:
-        p = problems.get(r["problem_id"])
-        if (p is None or r["status"] != "ok" or r["tau"] not in p.taus
-                or r["num_test"] != p.num_test or r["num_samples"] != p.num_samples
-                or r.get("problem_hash") != base.definition_hash(p)):  # other data, same id
+        p = problems.get(r.problem_id)
+        if (p is None or r.status != "ok" or r.tau not in p.taus
+                or r.num_test != p.num_test or r.num_samples != p.num_samples
+                or r.problem_hash != base.definition_hash(p)):  # other data, same id
             continue
-        metrics.add(r.get("metric") or "kl")  # rows from before the column: KL
-        cand = (r["agent"], r["config_hash"], r["estimator"], r["agent_seed"])
-        configs[cand] = r["config"]
-        s = scores.setdefault(cand, {}).setdefault(r["problem_id"], ProblemScore(kl={}))
-        s.kl[r["tau"]] = r["kl"]
-        s.sources.add(r.get("source", "local"))
-        if r.get("num_clipped") or 0:
-            s.clipped.add(r["tau"])
-        if r["tau"] == min(p.taus):
-            s.accuracy, s.ece = r["accuracy"], r["ece"]
-            s.seconds += r["train_seconds"]
-            if r.get("diagnostics"):  # rows before schema 3 have none
+        metrics.add(p.metric)
+        cand = (r.agent, r.config_hash, r.estimator, r.agent_seed)
+        configs[cand] = r.config
+        s = scores.setdefault(cand, {}).setdefault(r.problem_id, ProblemScore(loss={}))
+        s.loss[r.tau] = r.estimate(p.metric)[0]
+        s.sources.add(r.source)
+        if r.num_clipped:
+            s.clipped.add(r.tau)
+        if r.tau == min(p.taus):
+            s.accuracy, s.ece = r.accuracy, r.ece
+            s.seconds += r.train_seconds
+            if r.diagnostics:  # rows before schema 3 have none
                 s.diagnostics = {k: math.nan if v is None else v
-                                 for k, v in json.loads(r["diagnostics"]).items()
+                                 for k, v in json.loads(r.diagnostics).items()
                                  if k in diagnostics_report.ROW_METRICS}
-        s.seconds += r["eval_seconds"]
+        s.seconds += r.eval_seconds
     for (agent, chash, _, seed), by_pid in scores.items():
         for pid, s in by_pid.items():
             s.diagnostics.update((per_problem or {}).get((agent, chash, seed, pid), {}))
@@ -200,7 +202,7 @@ def collect_scores(rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any
         raise ValueError(f"the rows of this sweep mix metrics ({', '.join(sorted(metrics))}); "
                          "score problems with and without an exact likelihood separately")
     complete = {
-        cand: {pid: s for pid, s in by_pid.items() if set(s.kl) == set(problems[pid].taus)}
+        cand: {pid: s for pid, s in by_pid.items() if set(s.loss) == set(problems[pid].taus)}
         for cand, by_pid in scores.items()
     }
     return complete, configs, metrics.pop() if metrics else "kl"
@@ -235,7 +237,7 @@ def _halves(problems: Mapping[str, Any], selection: str) -> tuple[set[str], set[
 def _agg(by_pid: Mapping[str, ProblemScore], taus: Sequence[int]) -> float:
     if not by_pid:
         return math.inf
-    return sum(_mean([s.kl[tau] for s in by_pid.values()]) / tau for tau in taus)
+    return sum(_mean([s.loss[tau] for s in by_pid.values()]) / tau for tau in taus)
 
 
 def _best(cands: Sequence[Candidate], scores, pids: set[str], taus) -> Candidate:
@@ -282,7 +284,7 @@ def _flag(missing: int, of: int, clipped: int) -> str:
 
 
 def score_agents(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[StoredRow],
     problems: Mapping[str, Any],
     tuning: str = "global",
     baseline: str = "mlp",
@@ -357,7 +359,7 @@ def score_agents(
     for agent, by_pid, config, hashes, extra in chosen:
         record: dict[str, Any] = {"agent": agent}
         for tau in taus:
-            mean, se, _ = stratified((_setting(problems[pid]), s.kl[tau])
+            mean, se, _ = stratified((_setting(problems[pid]), s.loss[tau])
                                      for pid, s in by_pid.items())
             norm, norm_se = _ratio(by_pid, base, tau, problems) if base else (math.nan, math.nan)
             record[f"kl_{tau}"] = mean
@@ -464,7 +466,7 @@ def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
 
 
 def compare_agents(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[StoredRow],
     problems: Mapping[str, Any],
     agent: str,
     baselines: Sequence[str],
@@ -537,7 +539,8 @@ def compare_agents(
                 (pooled if setting is None else per_setting).append(record)
                 continue
             for tau in _taus(problems):
-                pairs = [(_setting(problems[pid]), mine[pid].kl[tau] - theirs[pid].kl[tau])
+                pairs = [(_setting(problems[pid]),
+                          mine[pid].loss[tau] - theirs[pid].loss[tau])
                          for pid in pids]
                 clipped = sum((tau in mine[pid].clipped) + (tau in theirs[pid].clipped)
                               for pid in pids)
@@ -586,7 +589,7 @@ def format_records(records: Sequence[Mapping[str, Any]], fmt: str = "table",
     return "\n".join(lines)
 
 
-def tuned_candidates(rows: Iterable[Mapping[str, Any]],
+def tuned_candidates(rows: Iterable[StoredRow],
                      problems: Mapping[str, Any]) -> dict[str, Candidate]:
     """Each agent's globally tuned (agent, config hash, estimator, agent seed): the
     candidate the default leaderboard reports (``tuning="global"``, ``selection="same"``)."""
@@ -597,7 +600,7 @@ def tuned_candidates(rows: Iterable[Mapping[str, Any]],
 
 
 def score_candidates(
-    rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any]
+    rows: Iterable[StoredRow], problems: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """One record per (agent, config, estimator, agent seed), untuned.
 
@@ -611,7 +614,7 @@ def score_candidates(
     for cand, by_pid in sorted(scores.items()):
         record: dict[str, Any] = {"agent": cand[0], "config_hash": cand[1], "config": configs[cand]}
         for tau in taus:
-            record[f"kl_{tau}"] = _mean([s.kl[tau] for s in by_pid.values()])
+            record[f"kl_{tau}"] = _mean([s.loss[tau] for s in by_pid.values()])
         record["kl_agg"] = _agg(by_pid, taus)
         record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
         record["problems"] = len(by_pid)
@@ -621,7 +624,7 @@ def score_candidates(
 
 
 def kl_by_setting(
-    rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Any], tuning: str = "global",
+    rows: Iterable[StoredRow], problems: Mapping[str, Any], tuning: str = "global",
     selection: str = "same",
 ) -> list[dict[str, Any]]:
     """Each agent's mean KL (and its stderr over seeds) per (temperature, T, tau), tuned.
@@ -636,7 +639,7 @@ def kl_by_setting(
         for setting in sorted({_setting(p) for p in problems.values()}):
             pids = [pid for pid in by_pid if _setting(problems[pid]) == setting]
             for tau in _taus(problems):
-                mean, se, _ = stratified((setting, by_pid[pid].kl[tau]) for pid in pids)
+                mean, se, _ = stratified((setting, by_pid[pid].loss[tau]) for pid in pids)
                 records.append({"agent": agent, "temperature": setting[0], "num_train": setting[1],
                                 "tau": tau, "kl": mean, "kl_stderr": se, "problems": len(pids),
                                 "source": _source({pid: by_pid[pid] for pid in pids}),

@@ -18,7 +18,7 @@ import math
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from neural_testbed import base, outputs
@@ -31,12 +31,14 @@ __all__ = [
     "ResultsStore",
     "StoreError",
     "StoreFullError",
+    "StoredRow",
     "check_writable",
     "config_hash",
     "config_json",
     "merge_plan",
     "merge_stores",
     "rows_to_score",
+    "stored_row",
     "study_merge_plan",
 ]
 
@@ -48,10 +50,15 @@ DEFAULT_DB = "neural_testbed_results.db"
 # 4: the row key gained problem_hash (base.definition_hash: what was evaluated), so a
 # row is never served for other data under the same problem id. A store of version 2
 # or 3 is read as is, its rows' hashes those of today's built-in problems
-# (problems.builtin_hashes; none for a user's data files), and is rewritten as
-# version 4 when it is next opened for writing.
-SCHEMA_VERSION = 4
-_READS = (2, 3, SCHEMA_VERSION)
+# (problems.builtin_hashes; none for a user's data files).
+# 5: one meaning per column: d_KL in kl / kl_stderr and the NLL in nll / nll_stderr (kl
+# held the NLL where metric was "nll"); target ("classification" or "regression"); a
+# regression row's noise variance in noise_variance (it was in temperature), with NULL
+# temperature, num_classes (was 1), accuracy and ECE. A store of version 2 to 4 is read
+# through the same conversion (stored_row) and rewritten as version 5 when it is next
+# opened for writing.
+SCHEMA_VERSION = 5
+_READS = (2, 3, 4, SCHEMA_VERSION)
 # Beside the rows, a table of regression agents' predictives at the probes (encoded
 # by leaderboard.predictives), one per row that keeps one, for `xll`: kept apart so
 # that reading rows never loads them. An addition any schema-3 reader ignores, so the
@@ -90,22 +97,26 @@ _COLUMNS = (
     ("config", "TEXT NOT NULL"),  # JSON
     ("problem_id", "TEXT NOT NULL"),
     ("problem_hash", "TEXT NOT NULL"),  # base.definition_hash; "" where unknown (old stores)
-    ("temperature", "REAL NOT NULL"),
+    ("target", "TEXT NOT NULL"),  # "classification" or "regression"
+    ("temperature", "REAL"),  # classification; NULL for regression
+    ("noise_variance", "REAL"),  # regression; NULL for classification
     ("num_train", "INTEGER NOT NULL"),
     ("seed", "INTEGER NOT NULL"),
     ("input_dim", "INTEGER NOT NULL"),
-    ("num_classes", "INTEGER NOT NULL"),
+    ("num_classes", "INTEGER"),  # NULL for regression
     ("tau", "INTEGER NOT NULL"),
     ("num_test", "INTEGER NOT NULL"),
     ("num_samples", "INTEGER NOT NULL"),
     ("estimator", "TEXT NOT NULL"),
     ("agent_seed", "INTEGER NOT NULL"),
-    ("metric", "TEXT NOT NULL"),  # "kl" (kl holds d_KL) or "nll" (kl holds the NLL)
-    ("kl", "REAL"),
+    ("metric", "TEXT NOT NULL"),  # which was computed: "kl" (d_KL) or "nll"
+    ("kl", "REAL"),  # d_KL; NULL unless metric is "kl" (or where it failed)
     ("kl_stderr", "REAL"),
+    ("nll", "REAL"),  # the NLL; NULL unless metric is "nll" (or where it failed)
+    ("nll_stderr", "REAL"),
     ("num_clipped", "INTEGER NOT NULL"),  # infinite per-sample terms clipped
-    ("accuracy", "REAL"),
-    ("ece", "REAL"),
+    ("accuracy", "REAL"),  # NULL for regression
+    ("ece", "REAL"),  # NULL for regression
     ("train_seconds", "REAL"),
     ("compile_seconds", "REAL"),
     ("eval_seconds", "REAL"),
@@ -116,8 +127,8 @@ _COLUMNS = (
     ("diagnostics", "TEXT"),  # JSON of neural_testbed.diagnostics.as_record, or NULL
 )
 COLUMNS = tuple(name for name, _ in _COLUMNS)
-_RESULT_COLUMNS = ("config", "metric", "kl", "kl_stderr", "num_clipped", "accuracy", "ece",
-                   "status", "error")
+_RESULT_COLUMNS = ("config", "metric", "kl", "kl_stderr", "nll", "nll_stderr", "num_clipped",
+                   "accuracy", "ece", "status", "error")
 STUDY_KEY_COLUMNS = ("agent", "config_hash", "problem_id", "study", "settings_hash")
 _STUDY_COLUMNS = (
     ("agent", "TEXT NOT NULL"),
@@ -137,17 +148,68 @@ STUDY_COLUMNS = tuple(name for name, _ in _STUDY_COLUMNS)
 _STUDY_RESULT_COLUMNS = ("config", "settings", "data", "detail")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredRow(base.ProblemResult):
+    """A row as a store or the published table holds it: the computed row, the package
+    version and time that wrote it, and where it was read from."""
+
+    version: str
+    timestamp: str
+    source: str = "local"  # "local" (a results store) or "published" (the package's table)
+
+    def record(self) -> dict[str, Any]:
+        """The row's store columns by name, for CSV files and DataFrames."""
+        return {c: getattr(self, c) for c in COLUMNS}
+
+
+def _upgraded(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record of schema 2 to 4 in today's columns. Those overloaded two: ``kl`` held the
+    NLL where ``metric`` was "nll", and a regression row (num_classes 1, which no
+    classification problem has: how the code of then told them apart) held its noise
+    variance in ``temperature``, beside NaN (NULL) accuracy and ECE."""
+    regression, exact = record["num_classes"] == 1, record["metric"] == "kl"
+    return {**record, "target": "regression" if regression else "classification",
+            "temperature": None if regression else record["temperature"],
+            "noise_variance": record["temperature"] if regression else None,
+            "num_classes": None if regression else record["num_classes"],
+            "kl": record["kl"] if exact else None,
+            "kl_stderr": record["kl_stderr"] if exact else None,
+            "nll": None if exact else record["kl"],
+            "nll_stderr": None if exact else record["kl_stderr"],
+            "accuracy": None if regression else record["accuracy"],
+            "ece": None if regression else record["ece"]}
+
+
+def stored_row(record: Mapping[str, Any], source: str = "local") -> StoredRow:
+    """The row of a record of column values (a store's, or the published table's): one of
+    schema 4 or older (it has no ``target``) is moved into today's columns first, and a
+    column it lacks (``diagnostics`` before schema 3) is None."""
+    if "target" not in record:
+        record = _upgraded(record)
+    return StoredRow(**{c: record.get(c) for c in COLUMNS}, source=source)
+
+
+def _key(row: base.ProblemResult) -> tuple:
+    return tuple(getattr(row, c) for c in _KEY_COLUMNS)
+
+
+def _values(row: StoredRow) -> tuple:
+    """The row's values in the order of :data:`COLUMNS`."""
+    return tuple(getattr(row, c) for c in COLUMNS)
+
+
 def _same(value: Any) -> Any:
     """NaN compares equal to NaN when deciding whether two rows are duplicates."""
     return "nan" if isinstance(value, float) and math.isnan(value) else value
 
 
-def _plan(records: Sequence[Mapping[str, Any]], existing: Sequence[Mapping[str, Any]],
-          key_columns: Sequence[str], result_columns: Sequence[str],
-          what: str) -> tuple[list[Mapping[str, Any]], int]:
-    """The records a merge would add and the exact duplicates; refuses a conflict."""
-    key_of = lambda r: tuple(r[c] for c in key_columns)
-    result_of = lambda r: tuple(_same(r[c]) for c in result_columns)
+def _plan(records: Sequence[Any], existing: Sequence[Any], key_columns: Sequence[str],
+          result_columns: Sequence[str], value: Callable[[Any, str], Any],
+          what: str) -> tuple[list[Any], int]:
+    """The records a merge would add and the exact duplicates (``value(record, column)``
+    reads a column); refuses a conflict."""
+    key_of = lambda r: tuple(value(r, c) for c in key_columns)
+    result_of = lambda r: tuple(_same(value(r, c)) for c in result_columns)
     known = {key_of(r): result_of(r) for r in existing}
     added, duplicates, conflicts = [], 0, []
     for r in records:
@@ -167,15 +229,15 @@ def _plan(records: Sequence[Mapping[str, Any]], existing: Sequence[Mapping[str, 
     return added, duplicates
 
 
-def merge_plan(rows: Sequence[Mapping[str, Any]],
-               existing: Sequence[Mapping[str, Any]] = ()) -> tuple[list[Mapping[str, Any]], int]:
+def merge_plan(rows: Sequence[StoredRow],
+               existing: Sequence[StoredRow] = ()) -> tuple[list[StoredRow], int]:
     """The rows a merge would add to a store holding ``existing``, and the exact duplicates.
 
     Raises:
       StoreError: if a row has the key of an existing (or earlier) row with a
         different result; nothing should then be written.
     """
-    return _plan(rows, existing, _KEY_COLUMNS, _RESULT_COLUMNS, "row")
+    return _plan(rows, existing, _KEY_COLUMNS, _RESULT_COLUMNS, getattr, "row")
 
 
 def study_merge_plan(records: Sequence[Mapping[str, Any]],
@@ -184,7 +246,8 @@ def study_merge_plan(records: Sequence[Mapping[str, Any]],
     """As :func:`merge_plan`, for study records: a conflict is the same (agent, config
     hash, problem, study, settings hash) with another config, settings, data or detail;
     seconds, versions and timestamps may differ."""
-    return _plan(records, existing, STUDY_KEY_COLUMNS, _STUDY_RESULT_COLUMNS, "study record")
+    return _plan(records, existing, STUDY_KEY_COLUMNS, _STUDY_RESULT_COLUMNS,
+                 lambda r, c: r[c], "study record")
 
 
 def _builtin_hashes() -> dict[str, str]:
@@ -424,34 +487,29 @@ class ResultsStore:
                                   "name=?", (name,)).fetchone()[0] > 0
 
     def _migrate(self) -> None:
-        """Schema 2 or 3 -> 4, in one transaction: the results and predictives tables are
-        rebuilt with the problem_hash key column, each old row's the hash of today's
-        built-in problem of its id ("" for other ids: they match no problem, so they are
-        recomputed rather than trusted); schema-2 rows keep a NULL ``diagnostics``."""
+        """Schema 2, 3 or 4 -> 5, in one transaction: the results and predictives tables are
+        rebuilt, each row's values moved into schema 5's columns (:func:`stored_row`);
+        rows of schema 2 or 3 and their predictives gain the problem_hash key column, the
+        hash of today's built-in problem of their id ("" for other ids: they match no
+        problem, so they are recomputed rather than trusted)."""
         with self._transaction():
             row = self._conn.execute(
                 "SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if int(row[0]) == SCHEMA_VERSION:  # another writer migrated it meanwhile
                 self._version = SCHEMA_VERSION
                 return
-            hashes = _builtin_hashes()
             old = {}
             for table in ("results", _PREDICTIVES):
                 if self._has_table(table):
-                    cursor = self._conn.execute(f"SELECT * FROM {table}")
-                    names = [d[0] for d in cursor.description]
-                    old[table] = [dict(zip(names, values)) for values in cursor]
+                    old[table] = self._with_hashes(self._conn.execute(f"SELECT * FROM {table}"))
                     self._conn.execute(f"DROP TABLE {table}")
             self._create_tables()
-            for r in old.get("results", ()):
-                r["problem_hash"] = hashes.get(r["problem_id"], "")
             self._conn.executemany(
                 f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES "
                 f"({', '.join('?' * len(COLUMNS))})",
-                [tuple(r.get(c) for c in COLUMNS) for r in old.get("results", ())])
-            for r in old.get(_PREDICTIVES, ()):
-                r["problem_hash"] = hashes.get(r["problem_id"], "")
-            self._insert_predictives(old.get(_PREDICTIVES, ()), "INSERT", key="data")
+                [_values(stored_row(r)) for r in old.get("results", ())])
+            self._insert_predictives([(tuple(r[c] for c in _KEY_COLUMNS), r["data"])
+                                      for r in old.get(_PREDICTIVES, ())], "INSERT")
             self._conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
                                (str(SCHEMA_VERSION),))
         self._version = SCHEMA_VERSION
@@ -490,6 +548,7 @@ class ResultsStore:
         self._check_writer()
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         version = _package_version()
+        results = list(results)
         rows = [{**r.as_dict(), "version": version, "timestamp": now} for r in results]
         placeholders = ", ".join("?" * len(COLUMNS))
         with self._transaction():
@@ -499,18 +558,16 @@ class ResultsStore:
             self._conn.executemany(
                 f"DELETE FROM {_PREDICTIVES} WHERE "
                 + " AND ".join(f"{c} = ?" for c in _KEY_COLUMNS),
-                [tuple(r[c] for c in _KEY_COLUMNS) for r in rows])
-            self._insert_predictives(rows, "INSERT")
+                [_key(r) for r in results])
+            self._insert_predictives([(_key(r), r.predictive) for r in results
+                                      if r.predictive is not None], "INSERT")
 
-    def _insert_predictives(self, rows: Iterable[Mapping[str, Any]], verb: str,
-                            key: str = "predictive") -> None:
-        """Inserts the predictives of ``rows`` (in each row's ``key`` field)."""
+    def _insert_predictives(self, entries: Iterable[tuple[tuple, bytes]], verb: str) -> None:
+        """Inserts predictives, each (its row's key values, its encoding)."""
         columns = (*_KEY_COLUMNS, "data")
         self._conn.executemany(
             f"{verb} INTO {_PREDICTIVES} ({', '.join(columns)}) VALUES "
-            f"({', '.join('?' * len(columns))})",
-            [(*(r[c] for c in _KEY_COLUMNS), r[key]) for r in rows
-             if r.get(key) is not None])
+            f"({', '.join('?' * len(columns))})", [(*key, data) for key, data in entries])
 
     def predictives(self, agent: str, config_hash: str, estimator: str,
                     agent_seed: int) -> dict[tuple[str, int, int, int], bytes]:
@@ -549,8 +606,8 @@ class ResultsStore:
         return set(self._conn.execute(query, args))
 
     def rows(self, agent: str | None = None, status: str | None = None,
-             predictive: bool = False) -> list[dict[str, Any]]:
-        """All rows (optionally of one agent / status) as dicts, in a stable order; with
+             predictive: bool = False) -> list[StoredRow]:
+        """All rows (optionally of one agent / status), in a stable order; with
         ``predictive=True`` each also has its stored ``predictive`` (bytes or None), for
         :meth:`merge`."""
         wanted = [("agent = ?", agent), ("status = ?", status)]
@@ -559,26 +616,24 @@ class ResultsStore:
             stored = {} if not self._has_table(_PREDICTIVES) else {
                 tuple(r[c] for c in _KEY_COLUMNS): r["data"] for r in self._with_hashes(
                     self._conn.execute(f"SELECT * FROM {_PREDICTIVES}"))}
-            for r in rows:
-                r["predictive"] = stored.get(tuple(r[c] for c in _KEY_COLUMNS))
+            rows = [dataclasses.replace(r, predictive=stored.get(_key(r))) for r in rows]
         return rows
 
-    def _select(self, conditions: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
-        """The rows meeting every (SQL condition, its arguments), in key order, each with
-        every column (a schema-2 row gains a NULL ``diagnostics``)."""
+    def _select(self, conditions: Sequence[tuple[str, Sequence[Any]]]) -> list[StoredRow]:
+        """The rows meeting every (SQL condition, its arguments), in key order; those of an
+        older schema read in today's columns (:func:`stored_row`)."""
         query = "SELECT * FROM results"
         if conditions:
             query += " WHERE " + " AND ".join(c for c, _ in conditions)
-        order = _KEY_COLUMNS if self._version == SCHEMA_VERSION else (
+        order = _KEY_COLUMNS if self._version >= 4 else (
             c for c in _KEY_COLUMNS if c != "problem_hash")  # older stores lack it
         query += " ORDER BY " + ", ".join(order)
         args = [a for _, values in conditions for a in values]
-        rows = self._with_hashes(self._conn.execute(query, args))
-        return [{**{c: None for c in COLUMNS}, **r} for r in rows]
+        return [stored_row(r) for r in self._with_hashes(self._conn.execute(query, args))]
 
     def run_rows(self, agent: str, configs: Sequence[Any], problems: Sequence[Any],
                  estimators: Sequence[str], agent_seed: int,
-                 status: str | None = None) -> list[dict[str, Any]]:
+                 status: str | None = None) -> list[StoredRow]:
         """The stored rows a run of ``configs`` on ``problems`` computes or reuses, exactly:
         each problem's id and definition, its taus, N and M (rows of other taus or
         settings stored under the same ids are not the run's), in the problems' order,
@@ -598,11 +653,9 @@ class ResultsStore:
                 for i, p in enumerate(problems) for tau in p.taus}
 
         def key(r):
-            return (r["problem_id"], r["problem_hash"], r["tau"], r["num_test"],
-                    r["num_samples"])
+            return r.problem_id, r.problem_hash, r.tau, r.num_test, r.num_samples
         rows = [r for r in self._select(conditions) if key(r) in keys]
-        return sorted(rows, key=lambda r: (keys[key(r)], r["tau"],
-                                           estimators.index(r["estimator"])))
+        return sorted(rows, key=lambda r: (keys[key(r)], r.tau, estimators.index(r.estimator)))
 
     def write_studies(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Writes study records (see :mod:`leaderboard.studies`) in one transaction,
@@ -648,13 +701,13 @@ class ResultsStore:
             self._insert_studies(added, "INSERT")
         return len(added), duplicates
 
-    def merge(self, rows: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    def merge(self, rows: Sequence[StoredRow]) -> tuple[int, int]:
         """Adds rows from another store; returns (added, exact duplicates skipped).
 
-        A row whose key is already here with a different result (config, kl,
-        kl_stderr, accuracy, ece, status or error) is a conflict: nothing is
-        written and a :class:`StoreError` lists the conflicting keys (see
-        :func:`merge_plan`). Timings, timestamps and versions may differ
+        A row whose key is already here with a different result (config, metric,
+        kl, nll, their stderrs, num_clipped, accuracy, ece, status or error) is a
+        conflict: nothing is written and a :class:`StoreError` lists the conflicting
+        keys (see :func:`merge_plan`). Timings, timestamps and versions may differ
         between duplicates. A row's ``predictive`` (read with
         ``rows(predictive=True)``) comes along, also to a duplicate that lacks one.
         """
@@ -664,23 +717,29 @@ class ResultsStore:
         with self._transaction():
             self._conn.executemany(
                 f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders})",
-                [tuple(r.get(c) for c in COLUMNS) for r in added])
-            self._insert_predictives(rows, "INSERT OR IGNORE")
+                [_values(r) for r in added])
+            self._insert_predictives([(_key(r), r.predictive) for r in rows
+                                      if r.predictive is not None], "INSERT OR IGNORE")
         return len(added), duplicates
 
-    def to_csv(self, path: str, rows: Sequence[dict[str, Any]] | None = None) -> int:
+    def to_csv(self, path: str, rows: Sequence[StoredRow] | None = None,
+               spreadsheet_safe: bool = False) -> int:
         """Writes every row (or ``rows``) to a CSV file, whole or not at all (see
-        :func:`outputs.written_whole`); returns the row count. The predictives (binary,
-        for ``xll``) are not exported."""
+        :func:`outputs.written_whole`), text cells quoted for spreadsheets where asked
+        (:func:`outputs.spreadsheet_safe`); returns the row count. The predictives
+        (binary, for ``xll``) are not exported."""
         rows = self.rows() if rows is None else rows
+        records = [r.record() for r in rows]
+        if spreadsheet_safe:
+            records = [outputs.spreadsheet_safe(r) for r in records]
         with outputs.written_whole(path, newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
             writer.writeheader()
-            writer.writerows(rows)
-        return len(rows)
+            writer.writerows(records)
+        return len(records)
 
 
-def rows_to_score(path: str, with_baselines: bool = False) -> list[dict[str, Any]]:
+def rows_to_score(path: str, with_baselines: bool = False) -> list[StoredRow]:
     """Every row of the store at ``path``, for the commands that score stored rows.
 
     A store holding only `tal`/`probe` records, or nothing, is refused with a

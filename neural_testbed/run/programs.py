@@ -318,15 +318,16 @@ class UnitRunner:
 
     def _row(self, problem, tau, estimator, ev: evaluation.Evaluation, i, c, train_seconds,
              compile_seconds, eval_seconds) -> base.ProblemResult:
-        values = {name: float(np.asarray(getattr(ev, name))[i])
-                  for name in ("kl", "kl_stderr", "accuracy", "ece")}
+        values = {name: float(np.asarray(getattr(ev, field))[i]) for name, field in (
+            ("estimate", "kl"), ("estimate_stderr", "kl_stderr"), ("accuracy", "accuracy"),
+            ("ece", "ece"))}  # the evaluator's kl is its estimate of the problem's metric
         status, error = "ok", ""
         if not bool(np.asarray(ev.logits_valid)[i]):
             status, error = "failed", "the agent produced NaN or +inf logits"
-        elif not np.isfinite(values["kl"]):
+        elif not np.isfinite(values["estimate"]):
             status, error = "failed", (
-                f"the {problem.metric} estimate is not finite ({values['kl']}): the agent gave "
-                "probability 0 to the observed labels of every test sample")
+                f"the {problem.metric} estimate is not finite ({values['estimate']}): the agent "
+                "gave probability 0 to the observed labels of every test sample")
         predictive = None
         if (status == "ok" and (tau, estimator) == self._keeps_predictive
                 and isinstance(ev.diagnostics, diagnostics.RegressionDiagnostics)):
@@ -346,15 +347,28 @@ class UnitRunner:
 
 
 def result_row(agent_name: str, config_hash: str, config_json: str, problem: base.Problem,
-               tau: int, estimator: str, agent_seed: int, **values) -> base.ProblemResult:
-    """A row with every key column filled in from the problem and the run settings."""
+               tau: int, estimator: str, agent_seed: int, *, estimate: float,
+               estimate_stderr: float, accuracy: float, ece: float,
+               **values) -> base.ProblemResult:
+    """A row with every key column filled in from the problem and the run settings.
+
+    ``estimate`` (and its stderr) is of the problem's metric and goes to that metric's
+    column; a regression row has its noise variance, and no temperature, class count,
+    accuracy or ECE (None), which do not apply to it.
+    """
+    regression, exact = problem.target == "regression", problem.metric == "kl"
     return base.ProblemResult(
         agent=agent_name, config_hash=config_hash, config=config_json,
         problem_id=problem.problem_id, problem_hash=base.definition_hash(problem),
-        temperature=problem.temperature, num_train=problem.num_train, seed=problem.seed,
-        input_dim=problem.input_dim, num_classes=problem.num_classes, tau=tau,
+        target=problem.target, temperature=None if regression else problem.temperature,
+        noise_variance=problem.noise_variance if regression else None,
+        num_train=problem.num_train, seed=problem.seed, input_dim=problem.input_dim,
+        num_classes=None if regression else problem.num_classes, tau=tau,
         num_test=problem.num_test, num_samples=problem.num_samples, estimator=estimator,
-        agent_seed=agent_seed, metric=problem.metric, **values)
+        agent_seed=agent_seed, metric=problem.metric,
+        kl=estimate if exact else None, kl_stderr=estimate_stderr if exact else None,
+        nll=None if exact else estimate, nll_stderr=None if exact else estimate_stderr,
+        accuracy=None if regression else accuracy, ece=None if regression else ece, **values)
 
 
 def failed_rows(agent_name: str, config: Any, problems: Sequence[base.Problem],
@@ -364,7 +378,7 @@ def failed_rows(agent_name: str, config: Any, problems: Sequence[base.Problem],
     config_hash = configs_lib.config_hash(agent_name, config)
     config_json = configs_lib.config_json(config)
     return [result_row(agent_name, config_hash, config_json, p, tau, tau_estimator, agent_seed,
-                       kl=nan, kl_stderr=nan, num_clipped=0, accuracy=nan, ece=nan,
+                       estimate=nan, estimate_stderr=nan, num_clipped=0, accuracy=nan, ece=nan,
                        train_seconds=nan, compile_seconds=nan, eval_seconds=nan,
                        status="failed", error=error_text(error))
             for p in problems for tau, tau_estimator in kl.evaluations(p.taus, estimator)]

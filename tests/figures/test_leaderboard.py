@@ -9,11 +9,13 @@ import jax
 import matplotlib
 import pytest
 
-from neural_testbed import agents, base, leaderboard
+from neural_testbed import agents, leaderboard
 from neural_testbed.agents import registry
 from neural_testbed.figures import canvas
 from neural_testbed.figures import leaderboard as figures
 from neural_testbed.leaderboard import scoring
+from neural_testbed.run import programs as runner
+from neural_testbed.leaderboard import store as store_lib
 
 # 2 temperatures x 2 T x 2 seeds of the paper sweep: 8 problems.
 PROBLEMS = {
@@ -22,19 +24,14 @@ PROBLEMS = {
 }
 
 
-def _row(agent, config_hash, problem, tau, kl, seconds=0.5, status="ok"):
-    return {
-        "agent": agent, "config_hash": config_hash, "config": f'{{"id":"{config_hash}"}}',
-        "problem_id": problem.problem_id, "problem_hash": base.definition_hash(problem),
-        "temperature": problem.temperature,
-        "num_train": problem.num_train, "seed": problem.seed, "input_dim": problem.input_dim,
-        "num_classes": problem.num_classes, "tau": tau, "num_test": problem.num_test,
-        "num_samples": problem.num_samples, "estimator": "auto", "agent_seed": 0,
-        "kl": kl, "kl_stderr": 0.01 * kl, "accuracy": 0.8, "ece": 0.05,
-        "train_seconds": seconds, "eval_seconds": seconds / 10, "status": status,
-        "error": "" if status == "ok" else "boom", "version": "0.1.0",
-        "timestamp": "2024-01-01T00:00:00",
-    }
+def _row(agent, config_hash, problem, tau, kl, seconds=0.5, status="ok", config=None):
+    """A stored row whose d_KL (or NLL, on real data) is ``kl``."""
+    row = runner.result_row(
+        agent, config_hash, config or f'{{"id":"{config_hash}"}}', problem, tau, "auto", 0,
+        estimate=kl, estimate_stderr=0.01 * kl, num_clipped=0, accuracy=0.8, ece=0.05,
+        train_seconds=seconds, compile_seconds=0.0, eval_seconds=seconds / 10, status=status,
+        error="" if status == "ok" else "boom")
+    return store_lib.StoredRow(**row.as_dict(), version="0.1.0", timestamp="2024-01-01T00:00:00")
 
 
 def _rows(with_mlp=True):
@@ -101,7 +98,7 @@ def test_without_mlp_results_raw_kl_is_plotted(tmp_path):
 
 
 def test_no_usable_rows_is_a_clear_error(tmp_path):
-    failed = [r for r in _rows() if r["status"] == "failed"]
+    failed = [r for r in _rows() if r.status == "failed"]
     with pytest.raises(ValueError, match="no ok results"):
         figures.save_figures(failed, PROBLEMS, tmp_path)
     with pytest.raises(ValueError, match="no agent records"):
@@ -141,18 +138,18 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
     for p in real.values():
         for tau in p.taus:
             nll = (1 + p.seed) * tau / p.num_train
-            rows.append({**_row("mlp", base_hash, p, tau, nll)})
-            rows.append({**_row("mlp", "other", p, tau, 100 * nll)})  # not the default: ignored
+            rows.append(_row("mlp", base_hash, p, tau, nll))
+            rows.append(_row("mlp", "other", p, tau, 100 * nll))  # not the default: ignored
             for config, ratio in (
                     (dataclasses.replace(default, prior_scale=0.0), 1.0),
                     (dataclasses.replace(default, prior_function="linear", prior_scale=0.1), 0.9),
                     (dataclasses.replace(default, prior_function="linear", prior_scale=1.0), 0.8),
                     (dataclasses.replace(default, prior_function="vae"), 0.5)):
-                rows.append({**_row("ensemble+", configs_lib.config_hash("ensemble+", config),
-                                    p, tau, ratio * nll),
-                             "config": configs_lib.config_json(config)})
-    labels = {figures.prior_function_label(json.loads(r["config"])) for r in rows
-              if r["agent"] == "ensemble+"}
+                rows.append(_row("ensemble+", configs_lib.config_hash("ensemble+", config),
+                                 p, tau, ratio * nll, config=configs_lib.config_json(config)))
+    assert all(r.kl is None for r in rows)  # real data: the NLL is what is divided
+    labels = {figures.prior_function_label(json.loads(r.config)) for r in rows
+              if r.agent == "ensemble+"}
     assert labels == {"none", "linear", "vae"}
     ratios = figures.prior_function_ratios(rows, real)
     assert {where for where, _, _, _ in ratios} == {"iris", "digits"}
@@ -171,7 +168,7 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
     paths = figures.save_figures(rows, real, tmp_path / "all")
     assert tmp_path / "all" / "figure7.png" in paths
     with pytest.raises(ValueError, match="no problem has ok rows of both ensemble\\+ and mlp"):
-        figures.figure_prior_functions([r for r in rows if r["agent"] != "mlp"], real,
+        figures.figure_prior_functions([r for r in rows if r.agent != "mlp"], real,
                                      tmp_path / "none.png")
 
 

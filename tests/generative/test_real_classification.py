@@ -60,8 +60,9 @@ def test_nll_minus_conditional_entropy_is_the_synthetic_kl(tmp_path):
     entropy = np.asarray(-jnp.sum(probs * jnp.log(probs), axis=-1), np.float64)
     for tau in SYNTHETIC.taus:
         assert synthetic[tau].metric == "kl" and nll[tau].metric == "nll"
-        difference = nll[tau].kl - tau * entropy.mean() - synthetic[tau].kl
-        stderr = np.sqrt(synthetic[tau].kl_stderr ** 2 + nll[tau].kl_stderr ** 2
+        assert nll[tau].kl is None and synthetic[tau].nll is None
+        difference = nll[tau].nll - tau * entropy.mean() - synthetic[tau].kl
+        stderr = np.sqrt(synthetic[tau].kl_stderr ** 2 + nll[tau].nll_stderr ** 2
                          + (tau * entropy.std() / np.sqrt(len(entropy))) ** 2)
         assert abs(difference) < 4 * stderr, (tau, difference, stderr)
         assert synthetic[tau].kl > 4 * synthetic[tau].kl_stderr  # not a trivial zero

@@ -22,7 +22,7 @@ def mlp_rows():
     spec = agents.get_agent("mlp")
     rows = sweep.run_agent(spec.make(spec.default), SMOKE.values(), "mlp", config=spec.default,
                            progress=False)
-    return [{**r.as_dict(), "version": "0.1.0", "timestamp": "2026-11-27T00:00:00+00:00"}
+    return [store.StoredRow(**r.as_dict(), version="0.1.0", timestamp="2026-11-27T00:00:00+00:00")
             for r in rows]
 
 
@@ -40,12 +40,13 @@ def published(tmp_path, mlp_rows, monkeypatch):
 def test_the_table_round_trips_and_says_how_far_it_got(published, mlp_rows):
     loaded = baselines.load(published)
     assert loaded.version == "baselines v1, neural-testbed 0.1.0"
-    assert sorted((r["problem_id"], r["tau"], r["kl"]) for r in loaded.rows) == sorted(
-        (r["problem_id"], r["tau"], r["kl"]) for r in mlp_rows)
+    assert sorted((r.problem_id, r.tau, r.kl) for r in loaded.rows) == sorted(
+        (r.problem_id, r.tau, r.kl) for r in mlp_rows)
+    assert {r.source for r in loaded.rows} == {"published"}
     assert {(p["agent"], p["problems"], p["failed"], p["of"]) for p in loaded.progress} == {
         ("mlp", 4, 0, 4), ("ensemble", 0, 0, 4)}
     # The scalar diagnostics `leaderboard --metrics` reads are kept, the per-bin arrays not.
-    kept = json.loads(loaded.rows[0]["diagnostics"])
+    kept = json.loads(loaded.rows[0].diagnostics)
     assert "mutual_information" in kept and "reliability" not in kept
     # Rewriting the same table gives the same bytes (a clean diff when it grows).
     again = published.with_name("again.json.gz")
@@ -58,8 +59,8 @@ def test_each_part_of_the_table_says_where_it_was_computed(tmp_path, mlp_rows):
     # mlp's rows from one machine, ensemble's (the same numbers relabelled) from another,
     # on two sweeps that share no problem: describe names only the machines of the
     # agents and problems a command uses.
-    ensemble = [{**r, "agent": "ensemble", "config_hash": store.config_hash(
-        "ensemble", agents.get_agent("ensemble").default)} for r in mlp_rows]
+    ensemble = [dataclasses.replace(r, agent="ensemble", config_hash=store.config_hash(
+        "ensemble", agents.get_agent("ensemble").default)) for r in mlp_rows]
     other = {"other/0": SMOKE[next(iter(SMOKE))]}
     table = baselines.build_table(
         mlp_rows + ensemble, {"smoke": SMOKE, "other": other},
@@ -78,7 +79,7 @@ def test_each_part_of_the_table_says_where_it_was_computed(tmp_path, mlp_rows):
 
 
 def test_rows_of_other_configs_and_problem_definitions_are_left_out(mlp_rows):
-    other = [{**r, "config_hash": "0" * 16} for r in mlp_rows]  # not mlp's default config
+    other = [dataclasses.replace(r, config_hash="0" * 16) for r in mlp_rows]  # not the default
     table = baselines.build_table(mlp_rows + other, {"smoke": SMOKE}, {"smoke": ["mlp"]},
                                   "0.1.0", "test")
     assert len(table["rows"]) == len(mlp_rows)
@@ -98,12 +99,16 @@ def test_a_reproduction_sample_visits_every_setting_before_a_second_seed(publish
     assert len(set(settings[:2])) == 2 and len(sample) == 3  # smoke: 2 settings x 2 seeds
 
 
-def test_agreement_is_within_three_standard_errors_of_the_difference():
-    row = {"problem_id": "p", "tau": 1, "kl": 1.0, "kl_stderr": 0.03}
-    near = {**row, "kl": 1.0 + 2.9 * 0.03 * np.sqrt(2)}
-    far = {**row, "kl": 1.0 + 3.1 * 0.03 * np.sqrt(2)}
-    assert baselines.agreement(row, near)["agree"]
-    assert not baselines.agreement(row, far)["agree"]
+def test_agreement_is_within_three_standard_errors_of_the_difference(mlp_rows):
+    row = dataclasses.replace(mlp_rows[0], kl=1.0, kl_stderr=0.03)
+    near = dataclasses.replace(row, kl=1.0 + 2.9 * 0.03 * np.sqrt(2))
+    far = dataclasses.replace(row, kl=1.0 + 3.1 * 0.03 * np.sqrt(2))
+    assert baselines.agreement(row, near, "kl")["agree"]
+    assert not baselines.agreement(row, far, "kl")["agree"]
+    real = dataclasses.replace(row, metric="nll", kl=None, kl_stderr=None, nll=1.0,
+                               nll_stderr=0.03)  # a real-data row: its NLL is compared
+    assert baselines.agreement(real, dataclasses.replace(real, nll=far.kl), "nll") == (
+        baselines.agreement(row, far, "kl"))
 
 
 def test_paired_agreement_asks_whether_the_differences_average_to_zero():
@@ -126,17 +131,6 @@ def test_paired_agreement_asks_whether_the_differences_average_to_zero():
 QUICK = problems.get_sweep("quick")
 
 
-class _Recomputed:
-    """A recomputed row as `reproduce` reads it."""
-
-    def __init__(self, problem_id, tau, kl):
-        self.problem_id, self.tau, self.status = problem_id, tau, "ok"
-        self._row = {"problem_id": problem_id, "tau": tau, "kl": kl, "kl_stderr": 0.1}
-
-    def as_dict(self):
-        return self._row
-
-
 @pytest.mark.parametrize("shift, status", [(0.0, 0), (5.0, 1)])
 def test_reproduce_accepts_rows_that_moved_with_training_only_if_they_agree_on_average(
         mlp_rows, tmp_path, monkeypatch, capsys, shift, status):
@@ -144,8 +138,8 @@ def test_reproduce_accepts_rows_that_moved_with_training_only_if_they_agree_on_a
     training run moves them): every row is off by over 3 standard errors; with no
     shift the differences average to 0 and reproduce passes, with a shift of 5 (7 standard
     errors of the mean difference, 0.7) it fails."""
-    template = {k: v for k, v in mlp_rows[0].items() if k != "problem_id"}
-    table_rows = [{**template, "problem_id": pid, "tau": tau, "kl": 10.0, "kl_stderr": 0.1}
+    table_rows = [dataclasses.replace(mlp_rows[0], problem_id=pid, tau=tau, kl=10.0,
+                                      kl_stderr=0.1)
                   for pid, p in QUICK.items() for tau in p.taus]
     table = baselines.build_table(table_rows, {"quick": QUICK}, {"quick": ["mlp"]}, "0.1.0", "t")
     baselines.write_table(table, tmp_path / "published.json.gz")
@@ -153,7 +147,8 @@ def test_reproduce_accepts_rows_that_moved_with_training_only_if_they_agree_on_a
     offsets = [2.0, -2.0, 1.5, -1.5, 1.0, -1.0]
 
     def recompute(agent, sample, name, **kwargs):
-        return [_Recomputed(p.problem_id, tau, 10.0 + shift + offsets[i])
+        return [dataclasses.replace(mlp_rows[0], problem_id=p.problem_id, tau=tau,
+                                    kl=10.0 + shift + offsets[i], kl_stderr=0.1)
                 for i, p in enumerate(sample) for tau in p.taus]
 
     monkeypatch.setattr(sweep, "run_agent", recompute)
@@ -183,7 +178,7 @@ def test_compare_takes_a_missing_baseline_from_the_published_rows(published, mlp
                                                                    tmp_path, capsys):
     db = str(tmp_path / "mine.db")
     with store.ResultsStore(db) as results:  # "mine": mlp's rows, a little worse
-        results.merge([{**r, "agent": "mine", "kl": r["kl"] * 1.5} for r in mlp_rows])
+        results.merge([dataclasses.replace(r, agent="mine", kl=r.kl * 1.5) for r in mlp_rows])
     assert cli.main(["compare", "--agent", "mine", "--sweep", "smoke", "--db", db]) == 0
     out, err = capsys.readouterr()
     assert "(marked published): mlp 4 of 4" in err
@@ -200,9 +195,7 @@ def test_reproduce_agrees_with_the_published_rows_and_catches_a_wrong_one(
     out = capsys.readouterr().out
     assert "4 of 4 rows agree" in out
     # A published value moved by 10 standard errors is caught.
-    wrong = [dict(r) for r in mlp_rows]
-    for r in wrong:
-        r["kl"] += 10 * r["kl_stderr"] * np.sqrt(2)
+    wrong = [dataclasses.replace(r, kl=r.kl + 10 * r.kl_stderr * np.sqrt(2)) for r in mlp_rows]
     table = baselines.build_table(wrong, {"smoke": SMOKE}, {"smoke": ["mlp"]}, "0.1.0", "test")
     baselines.write_table(table, published)
     assert cli.main(["reproduce", "--agent", "mlp", "--sweep", "smoke", "--problems", "1"]) == 1
@@ -223,11 +216,44 @@ def test_the_shipped_table_is_of_todays_problems_and_default_configs():
         p = every[pid]
         assert definition == (p.key_seed, p.num_test, p.num_samples, p.taus), pid
     for r in shipped.rows:
-        assert r["problem_hash"] == base.definition_hash(every[r["problem_id"]]), r["problem_id"]
-        spec = agents.get_agent(r["agent"])
-        assert r["config_hash"] == store.config_hash(r["agent"], spec.default), r["agent"]
+        assert r.problem_hash == base.definition_hash(every[r.problem_id]), r.problem_id
+        spec = agents.get_agent(r.agent)
+        assert r.config_hash == store.config_hash(r.agent, spec.default), r.agent
     progress = {(p["agent"], p["sweep"]): (p["problems"], p["of"]) for p in shipped.progress}
     assert progress[("mlp", "paper")] == (210, 210)
+
+
+def test_the_shipped_table_is_read_into_todays_columns_number_for_number():
+    """The shipped table is in the columns of store schema 4, where kl held real data's NLL
+    and a regression row's temperature its noise variance: read (not recomputed), each
+    value lands in its own column, unchanged, and nothing is left in the others."""
+    with gzip.open(baselines.PUBLISHED_TABLE, "rt") as f:
+        table = json.load(f)
+    assert "target" not in table["columns"], "the table is in today's columns: drop this test"
+    raw = [dict(zip(table["columns"], values)) for values in table["rows"]]
+    shipped = baselines.load(baselines.PUBLISHED_TABLE).rows
+    regression = problems.get_sweep("regression")
+    assert len(shipped) == len(raw)
+    kinds = set()
+    for old, row in zip(raw, shipped):
+        assert (row.agent, row.problem_id, row.tau) == (old["agent"], old["problem_id"],
+                                                        old["tau"])
+        assert row.estimate(row.metric) == (old["kl"], old["kl_stderr"])
+        unused = (row.nll, row.nll_stderr) if row.metric == "kl" else (row.kl, row.kl_stderr)
+        assert unused == (None, None)
+        if row.target == "regression":
+            assert row.noise_variance == old["temperature"] == (
+                regression[row.problem_id].noise_variance)
+            assert (row.temperature, row.num_classes, row.accuracy, row.ece) == (None,) * 4
+        else:
+            assert (row.temperature, row.num_classes, row.accuracy, row.ece) == (
+                old["temperature"], old["num_classes"], old["accuracy"], old["ece"])
+            assert row.noise_variance is None and old["num_classes"] >= 2
+        assert (row.train_seconds, row.diagnostics, row.version) == (
+            old["train_seconds"], old["diagnostics"], old["version"])
+        kinds.add((row.target, row.metric, row.problem_id.startswith("regression/")))
+    assert kinds == {("classification", "kl", False), ("classification", "nll", False),
+                     ("regression", "kl", True)}
 
 
 def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path, mlp_rows):
@@ -240,7 +266,7 @@ def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path,
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     db, out = str(tmp_path / "store.db"), tmp_path / "table.json.gz"
-    failed = {**mlp_rows[0], "status": "failed", "kl": None, "error": "NaN logits"}
+    failed = dataclasses.replace(mlp_rows[0], status="failed", kl=None, error="NaN logits")
     with store.ResultsStore(db) as results:
         results.merge([failed] + mlp_rows[1:])
     tool.pack(db, ["mlp"], ["smoke"], out, "on machine A")
@@ -253,7 +279,7 @@ def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path,
     assert baselines.load(out).progress[0]["computed"] == "on machine A"
     recomputed = str(tmp_path / "recomputed.db")  # the store after recomputing that row
     with store.ResultsStore(recomputed) as results:
-        results.merge([{**mlp_rows[0], "timestamp": "2026-11-28T00:00:00+00:00"}]
+        results.merge([dataclasses.replace(mlp_rows[0], timestamp="2026-11-28T00:00:00+00:00")]
                       + mlp_rows[1:])
     tool.pack(recomputed, ["mlp"], ["smoke"], out, "on machine B")
     (part,) = baselines.load(out).progress

@@ -24,7 +24,7 @@ def _rows(path, configs, configs_per_batch, agent="mlp"):
     with leaderboard.ResultsStore(path) as store:
         leaderboard.run_sweep(agent, configs, PROBLEMS, store, progress=False,
                               configs_per_batch=configs_per_batch)
-        return {(r["config_hash"], r["problem_id"], r["tau"]): r for r in store.rows()}
+        return {(r.config_hash, r.problem_id, r.tau): r for r in store.rows()}
 
 
 def test_configs_are_batched_within_groups_that_differ_only_in_floats():
@@ -58,9 +58,9 @@ def test_a_batch_of_configs_gives_each_config_its_own_numbers(tmp_path, caplog):
     assert together.keys() == alone.keys()
     assert len({key[0] for key in alone}) == len(CONFIGS)
     for key, row in alone.items():
-        assert together[key]["config"] == row["config"] and together[key]["status"] == "ok"
-        assert abs(together[key]["kl"] - row["kl"]) <= 1e-3 * row["kl_stderr"], key
-        np.testing.assert_allclose(together[key]["accuracy"], row["accuracy"], atol=1e-6)
+        assert together[key].config == row.config and together[key].status == "ok"
+        assert abs(together[key].kl - row.kl) <= 1e-3 * row.kl_stderr, key
+        np.testing.assert_allclose(together[key].accuracy, row.accuracy, atol=1e-6)
 
 
 def test_the_planner_makes_one_unit_per_batch_of_configs_and_splits_partly_stored_ones(
@@ -109,8 +109,8 @@ def test_an_agent_that_needs_its_floats_in_python_runs_one_config_at_a_time(
     assert f"python_float: 2 {FELL_BACK}" in caplog.text
     assert together.keys() == alone.keys() and len(alone) == 2 * len(PROBLEMS) * 2
     for key, row in alone.items():  # the same programs: the same bits
-        assert all(together[key][c] == row[c] for c in COMPARED), key
-        assert row["status"] == "ok"
+        assert all(getattr(together[key], c) == getattr(row, c) for c in COMPARED), key
+        assert row.status == "ok"
 
 
 def test_configs_per_batch_below_one_is_refused_before_any_store_is_made(tmp_path, capsys):

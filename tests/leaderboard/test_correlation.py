@@ -1,14 +1,16 @@
 """Testbed-vs-real correlation (Figure 6): known answers from fake rows, no training."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from neural_testbed import base, cli, leaderboard
+from neural_testbed import cli, leaderboard
 from neural_testbed.agents import registry
 from neural_testbed.leaderboard import configs, correlation
+from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.run import programs as runner
 
 SYNTHETIC = leaderboard.get_sweep("quick")  # T in {10, 100, 1000}: low = T 10, high = T 1000
@@ -25,10 +27,12 @@ EXACT = 1e-9
 
 
 def _row(agent, config_hash, problem, tau, kl, agent_seed=0):
-    return runner.result_row(
-        agent, config_hash, "{}", problem, tau, "auto", agent_seed, kl=kl, kl_stderr=0.01,
-        num_clipped=0, accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.0,
-        eval_seconds=0.5)
+    """A stored row whose d_KL (synthetic) or NLL (real) is ``kl``."""
+    row = runner.result_row(
+        agent, config_hash, "{}", problem, tau, "auto", agent_seed, estimate=kl,
+        estimate_stderr=0.01, num_clipped=0, accuracy=0.9, ece=0.05, train_seconds=1.0,
+        compile_seconds=0.0, eval_seconds=0.5)
+    return store_lib.StoredRow(**row.as_dict(), version="0", timestamp="t")
 
 
 def _base_kl(problem, tau):
@@ -38,12 +42,12 @@ def _base_kl(problem, tau):
 
 def _rows(agent, config_hash, problems, value):
     """Rows of one config: kl = value(problem, tau) x the baseline's kl there."""
-    return [_row(agent, config_hash, p, tau, value(p, tau) * _base_kl(p, tau)).as_dict()
+    return [_row(agent, config_hash, p, tau, value(p, tau) * _base_kl(p, tau))
             for p in problems.values() for tau in p.taus]
 
 
 def _baseline_rows():
-    return [_row("mlp", BASE_HASH, p, tau, _base_kl(p, tau)).as_dict()
+    return [_row("mlp", BASE_HASH, p, tau, _base_kl(p, tau))
             for problems in (SYNTHETIC, REAL) for p in problems.values() for tau in p.taus]
 
 
@@ -115,15 +119,14 @@ def test_correlation_is_pearsons_on_the_scores():
 def test_values_are_ratios_to_the_baseline_default_on_the_same_problem_and_tau():
     rows = _factored([1.0, 2.0, 3.0], [1.0, 2.0, 4.0])
     # Another mlp config with other numbers everywhere must not serve as the baseline.
-    rows += [_row("mlp", "not-default", p, tau, 99.0).as_dict()
+    rows += [_row("mlp", "not-default", p, tau, 99.0)
              for problems in (SYNTHETIC, REAL) for p in problems.values() for tau in p.taus]
     before = _by_regime(correlation.correlate(rows, SYNTHETIC, REAL, [AGENT], num_bootstrap=1))
-    # Double the baseline's kl on one real high-data problem at tau = 100.
+    # Double the baseline's NLL on one real high-data problem at tau = 100.
     target = next(p for p in REAL.values() if p.num_train == p.num_train_split)
-    for row in rows:
-        if (row["agent"], row["config_hash"], row["problem_id"], row["tau"]) == (
-                "mlp", BASE_HASH, target.problem_id, 100):
-            row["kl"] *= 2
+    rows = [dataclasses.replace(row, nll=2 * row.nll)
+            if (row.agent, row.config_hash, row.problem_id, row.tau) == (
+                "mlp", BASE_HASH, target.problem_id, 100) else row for row in rows]
     after = _by_regime(correlation.correlate(rows, SYNTHETIC, REAL, [AGENT], num_bootstrap=1))
     # Config c's ratio there drops from r_c to r_c / 2; that problem's score (mean of 2 taus)
     # drops by r_c / 4 and the regime's (mean of its 8 problems) by r_c / 32.
@@ -156,7 +159,7 @@ def test_a_config_missing_a_regime_problem_is_dropped_there_only():
     rows = _factored([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0])
     gone = next(p for p in REAL.values() if p.num_train == p.num_train_split)
     rows = [r for r in rows
-            if not (r["config_hash"] == "c3" and r["problem_id"] == gone.problem_id)]
+            if not (r.config_hash == "c3" and r.problem_id == gone.problem_id)]
     records = _by_regime(correlation.correlate(rows, SYNTHETIC, REAL, [AGENT], num_bootstrap=1))
     assert (records["high data"]["configs"], records["high data"]["dropped"]) == (3, 1)
     assert records["high data"]["config_hashes"] == ("c0", "c1", "c2")
@@ -168,7 +171,7 @@ def test_a_config_missing_a_regime_problem_is_dropped_there_only():
 def test_problems_the_baseline_lacks_are_left_out_and_named():
     rows = _factored([1.0, 2.0, 3.0], [1.0, 3.0, 2.0])
     gone = next(p for p in SYNTHETIC.values() if p.num_train == 10)
-    rows = [r for r in rows if not (r["agent"] == "mlp" and r["problem_id"] == gone.problem_id)]
+    rows = [r for r in rows if not (r.agent == "mlp" and r.problem_id == gone.problem_id)]
     low = _by_regime(correlation.correlate(rows, SYNTHETIC, REAL, [AGENT],
                                            num_bootstrap=1))["low data"]
     assert (low["configs"], low["synthetic_problems"]) == (3, 5)
@@ -223,7 +226,7 @@ def test_bad_inputs_are_clear_errors():
     with pytest.raises(ValueError, match="no results for agent 'nope'.*: mlp, toy"):
         correlation.correlate(rows, SYNTHETIC, REAL, ["nope"])
     with pytest.raises(ValueError, match="no results for mlp's default config"):
-        correlation.correlate([r for r in rows if r["agent"] != "mlp"], SYNTHETIC, REAL,
+        correlation.correlate([r for r in rows if r.agent != "mlp"], SYNTHETIC, REAL,
                               [AGENT])
     with pytest.raises(ValueError, match="num_bootstrap must be an integer >= 1"):
         correlation.correlate(rows, SYNTHETIC, REAL, [AGENT], num_bootstrap=0)
@@ -235,7 +238,7 @@ def store(tmp_path):
     rows = _factored(s, [3 * v for v in s])
     path = tmp_path / "r.db"
     with leaderboard.ResultsStore(path) as db:
-        db.write([base.ProblemResult(**row) for row in rows])
+        db.write(rows)
     return path
 
 

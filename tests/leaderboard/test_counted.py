@@ -6,6 +6,7 @@ import pytest
 
 from neural_testbed import agents, base, cli
 from neural_testbed.leaderboard import baselines, counted, problems, scoring
+from neural_testbed.run import programs as runner
 from neural_testbed.leaderboard import store as store_lib
 
 QUICK = problems.get_sweep("quick")
@@ -16,16 +17,10 @@ WIDE_HASH = store_lib.config_hash("mlp", WIDE)
 
 
 def _row(agent, config_hash, pid, tau, kl, version="0.1.0", **extra):
-    p = QUICK[pid]
-    return {
-        "agent": agent, "config_hash": config_hash, "config": "{}", "problem_id": pid,
-        "problem_hash": base.definition_hash(p), "temperature": p.temperature,
-        "num_train": p.num_train, "seed": p.seed, "input_dim": 2, "num_classes": 2,
-        "tau": tau, "num_test": 1000, "num_samples": 1000, "estimator": "auto",
-        "agent_seed": 0, "metric": "kl", "kl": kl, "kl_stderr": 0.01, "num_clipped": 0,
-        "accuracy": 0.9, "ece": 0.1, "train_seconds": 1.0, "compile_seconds": 0.0,
-        "eval_seconds": 0.5, "status": "ok", "error": "", "version": version,
-        "timestamp": "t", "diagnostics": None, **extra}
+    row = runner.result_row(agent, config_hash, "{}", QUICK[pid], tau, "auto", 0, estimate=kl,
+                            estimate_stderr=0.01, num_clipped=0, accuracy=0.9, ece=0.1,
+                            train_seconds=1.0, compile_seconds=0.0, eval_seconds=0.5)
+    return store_lib.StoredRow(**{**row.as_dict(), **extra}, version=version, timestamp="t")
 
 
 def _both(agent, config_hash, ids, kl, **extra):
@@ -46,7 +41,7 @@ def published(tmp_path):
 def test_published_rows_fill_each_problem_the_store_lacks_and_local_rows_win(published):
     local = _both("mlp", MLP, SMOKE, 0.5)  # the default config on 4 of the 18
     rows, notes = counted.counted_rows(local, QUICK, ["mlp"], published)
-    sources = {(r["problem_id"], r["source"]) for r in rows}
+    sources = {(r.problem_id, r.source) for r in rows}
     assert {pid for pid, source in sources if source == "local"} == set(SMOKE)
     assert {pid for pid, source in sources if source == "published"} == set(QUICK) - set(SMOKE)
     assert len(rows) == 36  # one row per (problem, tau): never both for one problem
@@ -62,8 +57,8 @@ def test_partial_or_other_version_local_rows_are_set_aside_not_mixed(published):
     one_tau = [_row("mlp", MLP, pid, 1, 0.5) for pid in SMOKE]  # tau = 1 only
     older = _both("mlp", MLP, [min(set(QUICK) - set(SMOKE))], 0.25, version="0.0.9")
     rows, notes = counted.counted_rows(one_tau + older, QUICK, ["mlp"], published)
-    assert {r["source"] for r in rows} == {"published"} and len(rows) == 36
-    assert all(r["kl"] == r["tau"] * 1.0 for r in rows)
+    assert {r.source for r in rows} == {"published"} and len(rows) == 36
+    assert all(r.kl == r.tau * 1.0 for r in rows)
     assert any("not mixed" in note for note in notes)
 
 
@@ -94,11 +89,11 @@ def test_the_default_config_keeps_a_row_beside_a_better_tuned_config():
 def test_rows_of_other_data_under_the_same_id_do_not_count():
     pid = "classification_2d/90"
     edited = dataclasses.replace(QUICK[pid], temperature=0.5)  # same id, other problem
-    stale = [{**r, "problem_hash": base.definition_hash(edited)}
+    stale = [dataclasses.replace(r, problem_hash=base.definition_hash(edited))
              for r in _both("mlp", MLP, [pid], 0.5)]
     rows, notes = counted.counted_rows(stale + _both("mlp", MLP, ["classification_2d/91"], 0.7),
                                        QUICK)
-    assert {r["problem_id"] for r in rows} == {"classification_2d/91"}
+    assert {r.problem_id for r in rows} == {"classification_2d/91"}
     assert any("2 stored rows" in n and "other data" in n for n in notes)
     assert scoring.score_agents(stale, {pid: QUICK[pid]})[0] == []  # scoring checks it too
 

@@ -17,7 +17,7 @@ def test_frames_match_the_scoring_functions(tmp_path):
             config = agents.MLPConfig()
             rows = [runner.result_row(
                 name, configs.config_hash(name, config), configs.config_json(config), p, tau,
-                "auto", 0, kl=kl * tau + 0.01 * p.seed, kl_stderr=0.01, num_clipped=0,
+                "auto", 0, estimate=kl * tau + 0.01 * p.seed, estimate_stderr=0.01, num_clipped=0,
                 accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.0,
                 eval_seconds=0.5) for p in problems.values() for tau in p.taus]
             store.write(rows)

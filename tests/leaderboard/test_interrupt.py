@@ -121,7 +121,7 @@ def _assert_clean_interrupt(status, err, db):
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         with leaderboard.ResultsStore(db, create=False) as store:
-            assert {r["status"] for r in store.rows()} <= {"ok"}
+            assert {r.status for r in store.rows()} <= {"ok"}
 
 
 def test_ctrl_c_on_a_serial_run_exits_130_every_time_and_the_run_resumes(tmp_path):
@@ -137,7 +137,7 @@ def test_ctrl_c_on_a_serial_run_exits_130_every_time_and_the_run_resumes(tmp_pat
     assert status == 0, err
     with leaderboard.ResultsStore(db, create=False) as store:
         rows = store.rows()
-    assert len(rows) == TOTAL_ROWS and {r["status"] for r in rows} == {"ok"}
+    assert len(rows) == TOTAL_ROWS and {r.status for r in rows} == {"ok"}
 
 
 def test_ctrl_c_with_workers_exits_130_and_stops_the_workers(tmp_path):

@@ -231,4 +231,4 @@ def test_an_agent_that_fails_to_build_gets_failed_rows_when_units_span_several_T
     finally:
         registry.unregister("unbuildable")
     assert summary.failed == summary.computed == 3
-    assert all("deliberately unbuildable" in r["error"] for r in rows)
+    assert all("deliberately unbuildable" in r.error for r in rows)

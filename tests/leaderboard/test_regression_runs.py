@@ -9,6 +9,7 @@ import pytest
 
 from neural_testbed import agents, cli, leaderboard
 from neural_testbed.leaderboard import predictives
+from neural_testbed.leaderboard import store as store_lib
 
 # regression-quick's d = 1 problems at a test size that runs in seconds: T = 1 and 10.
 PROBLEMS = [dataclasses.replace(p, num_test=200, num_samples=200, num_pool=200, num_probes=50,
@@ -30,13 +31,13 @@ def oracle_rows():
 def test_rows_carry_the_kl_and_the_metacorrelation_and_no_classification_metrics(oracle_rows):
     assert len(oracle_rows) == 2 * len(PROBLEMS) == 8
     for r in oracle_rows:
-        assert r.status == "ok" and r.metric == "kl" and r.num_classes == 1, r.error
-        assert np.isfinite(r.kl) and r.kl > 0 and r.kl_stderr > 0
-        assert np.isnan(r.accuracy) and np.isnan(r.ece)
+        assert r.status == "ok" and r.metric == "kl" and r.target == "regression", r.error
+        assert np.isfinite(r.kl) and r.kl > 0 and r.kl_stderr > 0 and r.nll is None
+        assert (r.num_classes, r.accuracy, r.ece) == (None, None, None)  # not defined here
         record = json.loads(r.diagnostics)
         assert 0.9 < record["metacorrelation"] <= 1.0  # the exact posterior's own correlations
         assert isinstance(record["xll"], float)
-        assert r.temperature == 0.01  # the noise variance, regression's stratum coordinate
+        assert r.noise_variance == 0.01 and r.temperature is None
 
 
 def test_the_smallest_taus_row_keeps_the_agents_predictive_at_the_probes(oracle_rows):
@@ -122,8 +123,9 @@ def test_problems_lists_the_regression_sweeps_settings(capsys):
 
 def test_the_leaderboard_averages_the_metacorrelation(oracle_rows):
     problems = {p.problem_id: p for p in PROBLEMS}
-    records, _ = leaderboard.score_agents([dataclasses.asdict(r) for r in oracle_rows],
-                                          problems, baseline="")
+    stored = [store_lib.StoredRow(**r.as_dict(), version="0", timestamp="t")
+              for r in oracle_rows]
+    records, _ = leaderboard.score_agents(stored, problems, baseline="")
     expected = np.mean([json.loads(r.diagnostics)["metacorrelation"] for r in oracle_rows
                         if r.tau == 1])
     assert records[0]["metacorrelation"] == pytest.approx(expected, rel=1e-6)

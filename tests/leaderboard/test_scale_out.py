@@ -49,7 +49,7 @@ def _sweep(path, problems=PROBLEMS, **kwargs):
     with leaderboard.ResultsStore(path) as store:
         summary = leaderboard.run_sweep("toy", registry.get_agent("toy").sweep(), problems, store,
                                         imports=(TOY,), progress=False, **kwargs)
-        return summary, [tuple(r[c] for c in RESULT) for r in store.rows()]
+        return summary, [tuple(getattr(r, c) for c in RESULT) for r in store.rows()]
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_shards_merged_give_the_plain_rows(plain, tmp_path):
         # Merging a shard again only finds exact duplicates.
         with leaderboard.ResultsStore(tmp_path / "s1.db") as shard:
             assert merged.merge(shard.rows()) == (0, 8)
-        assert [tuple(r[c] for c in RESULT) for r in merged.rows()] == plain
+        assert [tuple(getattr(r, c) for c in RESULT) for r in merged.rows()] == plain
 
 
 def test_merge_refuses_a_conflicting_row_and_names_it(tmp_path):
@@ -138,14 +138,15 @@ def test_merge_refuses_a_conflicting_row_and_names_it(tmp_path):
         with pytest.raises(store_lib.StoreError,
                            match=r"1 row\(s\) conflict .*problem_id=classification_2d/90, problem_hash=p, tau=1"):
             a.merge([_fake_row("classification_2d/90", 0.7)])
-        assert len(a.rows()) == 1 and a.rows()[0]["kl"] == 0.5
+        assert len(a.rows()) == 1 and a.rows()[0].kl == 0.5
 
 
 def _fake_row(pid, kl):
     values = dict.fromkeys(store_lib.COLUMNS, 0)
     values.update(agent="mlp", config_hash="h", config="{}", problem_id=pid, problem_hash="p", tau=1,
-                  estimator="auto", kl=kl, status="ok", error="", version="0", timestamp="t")
-    return values
+                  target="classification", estimator="auto", metric="kl", kl=kl, nll=None,
+                  nll_stderr=None, status="ok", error="", version="0", timestamp="t")
+    return store_lib.StoredRow(**values)
 
 
 def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path, monkeypatch):
@@ -155,14 +156,14 @@ def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path, mon
     config = registry.get_agent("broken").default
     with leaderboard.ResultsStore(tmp_path / "b.db") as store:
         summary = leaderboard.run_sweep("broken", [config], problems, store, progress=False)
-        rows = {(r["problem_id"], r["tau"]): r for r in store.rows()}
+        rows = {(r.problem_id, r.tau): r for r in store.rows()}
         assert summary.computed == 10 and summary.failed == 6
-        errors = {pid: rows[(pid, 1)]["error"] for pid, _ in rows}
+        errors = {pid: rows[(pid, 1)].error for pid, _ in rows}
         assert "deliberate failure on T = 3" in errors["classification_2d/80"]
         assert "agent returned logits of shape (" in errors["classification_2d/110"]
         assert "NaN or +inf logits" in errors["classification_2d/160"]
         for pid in ("classification_2d/90", "classification_2d/91"):
-            assert rows[(pid, 1)]["status"] == rows[(pid, 100)]["status"] == "ok"
+            assert rows[(pid, 1)].status == rows[(pid, 100)].status == "ok"
         # Record what the retry writes, rather than compare one-second timestamps.
         written, write = [], store.write
 
@@ -175,9 +176,9 @@ def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path, mon
         again = leaderboard.run_sweep("broken", [config], problems, store, progress=False,
                                       retry_failed=True)
         assert (again.computed, again.reused) == (6, 4)
-        assert sorted(written) == sorted(k for k in rows if rows[k]["status"] == "failed")
-        after = {(r["problem_id"], r["tau"]): r for r in store.rows()}
-        assert all(after[k] == rows[k] for k in rows if rows[k]["status"] == "ok")
+        assert sorted(written) == sorted(k for k in rows if rows[k].status == "failed")
+        after = {(r.problem_id, r.tau): r for r in store.rows()}
+        assert all(after[k] == rows[k] for k in rows if rows[k].status == "ok")
 
 
 @pytest.mark.slow
@@ -207,7 +208,7 @@ def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(tmp_path)
     assert killed is not None, "no Ray worker was seen running a task"
     assert proc.returncode == 0, err
     with leaderboard.ResultsStore(db) as store:
-        assert [tuple(r[c] for c in RESULT) for r in store.rows()] == plain
+        assert [tuple(getattr(r, c) for c in RESULT) for r in store.rows()] == plain
 
 
 def _kill_a_task_worker(psutil, driver_pid: int, marker: str) -> int | None:

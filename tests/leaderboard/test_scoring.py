@@ -1,13 +1,16 @@
 """Leaderboard aggregation on a hand-made results table with hand-computed answers."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from neural_testbed import base, leaderboard
+from neural_testbed import leaderboard
 from neural_testbed.leaderboard import scoring
+from neural_testbed.run import programs as runner
+from neural_testbed.leaderboard import store as store_lib
 
 PAPER = leaderboard.get_sweep("paper")
 # Two settings (temperature 0.1, T = 10 and T = 100), two seeds each.
@@ -16,16 +19,17 @@ PROBLEMS = {pid: PAPER[pid] for pid in ("classification_2d/90", "classification_
 
 
 def _row(agent, config_hash, pid, tau, kl, status="ok", accuracy=0.9, ece=0.1, **extra):
-    p = PAPER[pid]
-    return extra | {
-        "agent": agent, "config_hash": config_hash, "config": f'{{"name":"{config_hash}"}}',
-        "problem_id": pid, "problem_hash": base.definition_hash(p),
-        "temperature": p.temperature, "num_train": p.num_train,
-        "seed": p.seed, "input_dim": 2, "num_classes": 2, "tau": tau, "num_test": 1000,
-        "num_samples": 1000, "estimator": "auto", "agent_seed": 0, "kl": kl, "kl_stderr": 0.01,
-        "accuracy": accuracy, "ece": ece, "train_seconds": 1.0, "eval_seconds": 0.5,
-        "status": status, "error": "", "version": "0", "timestamp": "t",
-    }
+    return _stored(PAPER[pid], agent, config_hash, tau, kl, status=status, accuracy=accuracy,
+                   ece=ece, **extra)
+
+
+def _stored(problem, agent, config_hash, tau, estimate, accuracy=0.9, ece=0.1, **extra):
+    """A stored row of ``problem``: ``estimate`` is its d_KL or NLL, as its metric says."""
+    row = runner.result_row(agent, config_hash, f'{{"name":"{config_hash}"}}', problem, tau,
+                            "auto", 0, estimate=estimate, estimate_stderr=0.01, num_clipped=0,
+                            accuracy=accuracy, ece=ece, train_seconds=1.0, compile_seconds=0.0,
+                            eval_seconds=0.5)
+    return store_lib.StoredRow(**{**row.as_dict(), **extra}, version="0", timestamp="t")
 
 
 # The hand-made configs that stand for each agent's default config: every table
@@ -306,8 +310,8 @@ def test_held_out_selection_needs_two_seeds_in_every_setting():
 
 def test_rows_with_clipped_kl_terms_are_flagged():
     def clip(rows, pid, tau, count):
-        return [r | {"num_clipped": count} if (r["problem_id"], r["tau"]) == (pid, tau) else r
-                for r in rows]
+        return [dataclasses.replace(r, num_clipped=count) if (r.problem_id, r.tau) == (pid, tau)
+                else r for r in rows]
 
     # Chosen config A: one clipped row; unchosen B: a clipped row that must not count;
     # ens: a missing problem and a clipped row.
@@ -325,11 +329,18 @@ def test_rows_with_clipped_kl_terms_are_flagged():
     assert _by_agent(records)["ens"]["flag"] == "MISSING 1 of 4 problems; CLIPPED 2 rows"
 
 
-def test_a_sweep_mixing_kl_and_nll_rows_is_refused():
-    nll = [r | {"metric": "nll"} for r in ENS]
-    assert _score(nll, PROBLEMS)[0][0]["metric"] == "nll"
+def test_a_real_data_sweep_is_scored_by_its_rows_nll():
+    """Each value is read from the column of the problem's metric: the NLL of real data
+    (never a kl column, which those rows leave empty); a sweep mixing both is refused."""
+    real = dict(list(leaderboard.get_sweep("real-quick").items())[:4])  # iris: 2 strata x 2
+    rows = [_stored(p, "mlp", "A", tau, (1.0 + i) * tau) for i, p in enumerate(real.values())
+            for tau in p.taus]
+    assert all(r.kl is None and r.nll is not None for r in rows)
+    (record,), _ = _score(rows, real)
+    assert record["metric"] == "nll"
+    assert record["kl_1"] == pytest.approx(2.5) and record["kl_100"] == pytest.approx(250)
     with pytest.raises(ValueError, match=r"mix metrics \(kl, nll\)"):
-        _score(MLP_A + nll, PROBLEMS)
+        _score(MLP_A + rows, {**PROBLEMS, **real})
 
 
 def test_neighbours_closer_than_a_standard_error_get_a_note():
@@ -350,7 +361,7 @@ def test_neighbours_closer_than_a_standard_error_get_a_note():
 
 def test_diagnostics_are_averaged_over_the_smallest_taus_rows():
     diag = lambda value: '{"rejection_ability": %s, "epistemic": null}' % value
-    rows = [dict(r, diagnostics=diag(0.1 * i) if r["tau"] == 1 else diag(9.0))
+    rows = [dataclasses.replace(r, diagnostics=diag(0.1 * i) if r.tau == 1 else diag(9.0))
             for i, r in enumerate(MLP_A)]
     (record,), _ = _score(rows, PROBLEMS)
     # tau = 1 rows are MLP_A's even positions: i = 0, 2, 4, 6 -> 0.0, 0.2, 0.4, 0.6

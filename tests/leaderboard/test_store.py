@@ -26,9 +26,9 @@ CONFIG = agents.MLPConfig()
 def _result(pid, tau, kl=0.5, status="ok", config=CONFIG, agent="mlp"):
     return runner.result_row(
         agent, store_lib.config_hash(agent, config), store_lib.config_json(config),
-        PROBLEMS[pid], tau, "auto", 0, kl=kl, kl_stderr=0.01, num_clipped=0, accuracy=0.9,
-        ece=0.05, train_seconds=1.0, compile_seconds=0.2, eval_seconds=0.5, status=status,
-        error="" if status == "ok" else "boom")
+        PROBLEMS[pid], tau, "auto", 0, estimate=kl, estimate_stderr=0.01, num_clipped=0,
+        accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.2, eval_seconds=0.5,
+        status=status, error="" if status == "ok" else "boom")
 
 
 def test_round_trip_and_done_keys(tmp_path):
@@ -36,11 +36,11 @@ def test_round_trip_and_done_keys(tmp_path):
         store.write([_result(pid, tau) for pid in PROBLEMS for tau in (1, 100)])
         rows = store.rows()
         assert len(rows) == 8
-        assert rows[0]["config_hash"] == store_lib.config_hash("mlp", CONFIG)
-        assert rows[0]["config"] == store_lib.config_json(CONFIG)
-        assert {r["status"] for r in rows} == {"ok"} and rows[0]["version"]
-        assert rows[0]["metric"] == "kl" and rows[0]["num_clipped"] == 0
-        assert rows[0]["compile_seconds"] == 0.2
+        assert rows[0].config_hash == store_lib.config_hash("mlp", CONFIG)
+        assert rows[0].config == store_lib.config_json(CONFIG)
+        assert {r.status for r in rows} == {"ok"} and rows[0].version
+        assert rows[0].metric == "kl" and rows[0].num_clipped == 0
+        assert rows[0].compile_seconds == 0.2
         done = store.done("mlp", CONFIG, "auto", 0)
         definition = base.definition_hash(PROBLEMS["classification_2d/90"])
         assert ("classification_2d/90", definition, 100, 1000, 1000) in done and len(done) == 8
@@ -72,8 +72,8 @@ for i in range(int(sys.argv[3])):
     config = agents.MLPConfig(num_steps=1 + i)
     row = runner.result_row(
         sys.argv[2], configs.config_hash(sys.argv[2], config), configs.config_json(config),
-        problem, 1, "auto", 0, kl=0.1, kl_stderr=0.01, num_clipped=0, accuracy=1.0, ece=0.0,
-        train_seconds=0.1, compile_seconds=0.0, eval_seconds=0.1)
+        problem, 1, "auto", 0, estimate=0.1, estimate_stderr=0.01, num_clipped=0, accuracy=1.0,
+        ece=0.0, train_seconds=0.1, compile_seconds=0.0, eval_seconds=0.1)
     store.write([row])
 """
 
@@ -87,7 +87,7 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
     with leaderboard.ResultsStore(path) as store:
         rows = store.rows()
     assert len(rows) == 300
-    assert sum(r["agent"] == "writer_a" for r in rows) == 150
+    assert sum(r.agent == "writer_a" for r in rows) == 150
 
 
 def test_missing_store_is_a_clear_error(tmp_path):
@@ -116,7 +116,7 @@ def test_store_from_an_incompatible_version_is_a_clear_error(tmp_path):
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     with pytest.raises(store_lib.StoreError,
-                       match="schema version 99 .* reads schema versions 2, 3, 4"):
+                       match="schema version 99 .* reads schema versions 2, 3, 4, 5"):
         leaderboard.ResultsStore(path)
 
 
@@ -224,12 +224,36 @@ def test_a_store_in_a_read_only_directory_is_refused_by_a_writer_and_read_by_a_r
         leaderboard.ResultsStore(tmp_path / "missing" / "r.db")
 
 
-def _old_store(path, version, rows):
-    """A store as schema ``version`` (2 or 3) wrote it, holding ``rows``: no problem_hash
-    in the key; schema 2 also without the diagnostics column and the side tables."""
-    columns = [(n, k) for n, k in store_lib._COLUMNS if n != "problem_hash"
-               and (version == 3 or n != "diagnostics")]
-    keys = [c for c in store_lib._KEY_COLUMNS if c != "problem_hash"]
+# The results columns as schema 4 wrote them (schemas 2 and 3: less problem_hash, and for 2
+# diagnostics): kl held the NLL where metric was "nll", and a regression row its noise
+# variance in temperature, with num_classes 1.
+_SCHEMA_4_COLUMNS = (
+    ("agent", "TEXT NOT NULL"), ("config_hash", "TEXT NOT NULL"), ("config", "TEXT NOT NULL"),
+    ("problem_id", "TEXT NOT NULL"), ("problem_hash", "TEXT NOT NULL"),
+    ("temperature", "REAL NOT NULL"), ("num_train", "INTEGER NOT NULL"),
+    ("seed", "INTEGER NOT NULL"), ("input_dim", "INTEGER NOT NULL"),
+    ("num_classes", "INTEGER NOT NULL"), ("tau", "INTEGER NOT NULL"),
+    ("num_test", "INTEGER NOT NULL"), ("num_samples", "INTEGER NOT NULL"),
+    ("estimator", "TEXT NOT NULL"), ("agent_seed", "INTEGER NOT NULL"),
+    ("metric", "TEXT NOT NULL"), ("kl", "REAL"), ("kl_stderr", "REAL"),
+    ("num_clipped", "INTEGER NOT NULL"), ("accuracy", "REAL"), ("ece", "REAL"),
+    ("train_seconds", "REAL"), ("compile_seconds", "REAL"), ("eval_seconds", "REAL"),
+    ("status", "TEXT NOT NULL"), ("error", "TEXT NOT NULL"), ("version", "TEXT NOT NULL"),
+    ("timestamp", "TEXT NOT NULL"), ("diagnostics", "TEXT"))
+
+
+def _schema_4_record(row):
+    """What the code of schema 4 stored for a classification d_KL ``row``."""
+    return {**row.as_dict(), "version": "0.1.0", "timestamp": "t"}
+
+
+def _old_store(path, version, records):
+    """A store as schema ``version`` (2 to 4) wrote it, holding ``records`` (of
+    :func:`_schema_4_record`'s columns): before schema 4 without problem_hash in the key;
+    schema 2 also without the diagnostics column and the side tables."""
+    columns = [(n, k) for n, k in _SCHEMA_4_COLUMNS if (version == 4 or n != "problem_hash")
+               and (version >= 3 or n != "diagnostics")]
+    keys = [c for c in store_lib._KEY_COLUMNS if version == 4 or c != "problem_hash"]
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
         conn.executemany("INSERT INTO meta VALUES (?, ?)",
@@ -239,16 +263,15 @@ def _old_store(path, version, rows):
         names = [n for n, _ in columns]
         conn.executemany(f"INSERT INTO results ({', '.join(names)}) VALUES "
                          f"({', '.join('?' * len(names))})",
-                         [tuple({**r.as_dict(), "version": "0.1.0", "timestamp": "t"}[n]
-                                for n in names) for r in rows])
-        if version == 3:
+                         [tuple(r[n] for n in names) for r in records])
+        if version >= 3:
             kinds = dict(columns)
             conn.execute(f"CREATE TABLE predictives ({', '.join(f'{c} {kinds[c]}' for c in keys)}, "
                          f"data BLOB NOT NULL, PRIMARY KEY ({', '.join(keys)}))")
 
 
 def _schema_2_store(path):
-    _old_store(path, 2, [_result(list(PROBLEMS)[0], 1)])
+    _old_store(path, 2, [_schema_4_record(_result(list(PROBLEMS)[0], 1))])
 
 
 def test_a_schema_2_store_is_read_as_is_and_gains_diagnostics_when_written(tmp_path):
@@ -257,12 +280,12 @@ def test_a_schema_2_store_is_read_as_is_and_gains_diagnostics_when_written(tmp_p
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     with leaderboard.ResultsStore(path, create=False) as store:  # read-only: left as it was
         (old,) = store.rows()
-    assert old["diagnostics"] is None and old["kl"] == 0.5
+    assert old.diagnostics is None and old.kl == 0.5
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     with leaderboard.ResultsStore(path) as store:
         store.write([dataclasses.replace(_result(list(PROBLEMS)[1], 1), diagnostics='{"bins": 15}')])
         rows = store.rows()
-    assert [r["diagnostics"] for r in rows] == [None, '{"bins": 15}']
+    assert [r.diagnostics for r in rows] == [None, '{"bins": 15}']
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
             str(store_lib.SCHEMA_VERSION),)
@@ -278,8 +301,8 @@ def test_predictives_live_beside_their_rows_and_travel_with_merge(tmp_path):
         key = ("mlp", store_lib.config_hash("mlp", CONFIG), "auto", 0)
         definition = base.definition_hash(PROBLEMS[pid])
         assert store.predictives(*key) == {(pid, definition, 1, 1000, 1000): BLOB}
-        assert all("predictive" not in r for r in store.rows())  # rows never load them
-        assert [r["predictive"] for r in store.rows(predictive=True)] == [BLOB, None]
+        assert all(r.predictive is None for r in store.rows())  # rows never load them
+        assert [r.predictive for r in store.rows(predictive=True)] == [BLOB, None]
         store.to_csv(tmp_path / "a.csv")
         rows = store.rows(predictive=True)
         with leaderboard.ResultsStore(tmp_path / "b.db") as other:
@@ -302,7 +325,7 @@ def test_a_store_without_the_predictives_table_has_none_and_gains_it_when_writte
     key = ("mlp", store_lib.config_hash("mlp", CONFIG), "auto", 0)
     with leaderboard.ResultsStore(path, create=False) as store:
         assert store.predictives(*key) == {}
-        assert [r["predictive"] for r in store.rows(predictive=True)] == [None]
+        assert [r.predictive for r in store.rows(predictive=True)] == [None]
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     with leaderboard.ResultsStore(path) as store:
         store.write([dataclasses.replace(_result(pid, 100), predictive=BLOB)])
@@ -310,13 +333,13 @@ def test_a_store_without_the_predictives_table_has_none_and_gains_it_when_writte
             (pid, base.definition_hash(PROBLEMS[pid]), 100, 1000, 1000): BLOB}
 
 
-def test_a_schema_3_store_reads_with_todays_builtin_hashes_and_is_rewritten_as_4(tmp_path):
+def test_a_schema_3_store_reads_with_todays_builtin_hashes_and_is_rewritten_as_today(tmp_path):
     """Old rows of built-in ids take today's definitions; a user's file rows (whose data
     no old row identifies) get no hash, so they match no problem and are recomputed."""
     path = tmp_path / "v3.db"
     pid = list(PROBLEMS)[0]
     user = dataclasses.replace(_result(pid, 1), problem_id="mine.npz/0")
-    _old_store(path, 3, [_result(pid, 1), user])
+    _old_store(path, 3, [_schema_4_record(_result(pid, 1)), _schema_4_record(user)])
     key = ("mlp", store_lib.config_hash("mlp", CONFIG), "auto", 0)
     with sqlite3.connect(path) as conn:
         conn.execute("INSERT INTO predictives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -324,7 +347,7 @@ def test_a_schema_3_store_reads_with_todays_builtin_hashes_and_is_rewritten_as_4
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     definition = base.definition_hash(PROBLEMS[pid])
     with leaderboard.ResultsStore(path, create=False) as store:
-        hashes = {r["problem_id"]: r["problem_hash"] for r in store.rows()}
+        hashes = {r.problem_id: r.problem_hash for r in store.rows()}
         assert store.predictives(*key) == {(pid, definition, 1, 1000, 1000): BLOB}
     assert hashes == {pid: definition, "mine.npz/0": ""}
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before  # read as is
@@ -337,6 +360,87 @@ def test_a_schema_3_store_reads_with_todays_builtin_hashes_and_is_rewritten_as_4
             str(store_lib.SCHEMA_VERSION),)
         in_key = {r[1] for r in conn.execute("PRAGMA table_info(results)") if r[5]}
     assert in_key == set(store_lib._KEY_COLUMNS)
+
+
+def test_a_schema_4_store_reads_each_value_in_its_own_column_and_is_rewritten_so(tmp_path):
+    """Schema 4 overloaded columns: a real-data row's kl held its NLL, a regression row's
+    temperature its noise variance (num_classes 1, accuracy and ECE NaN, stored NULL).
+    Read as is and after the rewrite, each value is in its own column."""
+    path = tmp_path / "v4.db"
+    classification = _schema_4_record(_result(list(PROBLEMS)[0], 1, kl=0.5))
+    nll = {**classification, "problem_id": "iris/0", "problem_hash": "i", "num_classes": 3,
+           "metric": "nll", "kl": 1.25, "kl_stderr": 0.05}
+    regression = {**classification, "problem_id": "regression/0", "problem_hash": "r",
+                  "temperature": 0.01, "num_classes": 1, "input_dim": 1, "kl": 0.3,
+                  "kl_stderr": 0.02, "accuracy": None, "ece": None}
+    _old_store(path, 4, [classification, nll, regression])
+    key = ("mlp", classification["config_hash"], "auto", 0)
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO predictives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (key[0], key[1], "regression/0", "r", 1, 1000, 1000, "auto", 0, BLOB))
+    before = _digest(path)
+
+    def check(rows):
+        by_id = {r.problem_id: r for r in rows}
+        c, n, g = by_id[classification["problem_id"]], by_id["iris/0"], by_id["regression/0"]
+        assert (c.target, c.metric, c.kl, c.kl_stderr, c.nll, c.nll_stderr) == (
+            "classification", "kl", 0.5, 0.01, None, None)
+        assert (c.temperature, c.noise_variance, c.num_classes, c.accuracy) == (
+            0.1, None, 2, 0.9)
+        assert (n.target, n.metric, n.kl, n.kl_stderr, n.nll, n.nll_stderr) == (
+            "classification", "nll", None, None, 1.25, 0.05)
+        assert n.estimate("nll") == (1.25, 0.05) and n.num_classes == 3
+        with pytest.raises(ValueError, match="holds the nll, not the kl"):
+            n.estimate("kl")
+        assert (g.target, g.temperature, g.noise_variance, g.num_classes) == (
+            "regression", None, 0.01, None)
+        assert (g.kl, g.kl_stderr, g.nll, g.accuracy, g.ece) == (0.3, 0.02, None, None, None)
+        assert all(r.version == "0.1.0" and r.timestamp == "t" for r in rows)
+
+    with leaderboard.ResultsStore(path, create=False) as store:
+        check(store.rows())
+    assert _digest(path) == before  # read as is
+    with leaderboard.ResultsStore(path) as store:
+        check(store.rows())
+        assert store.predictives(*key) == {("regression/0", "r", 1, 1000, 1000): BLOB}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
+            str(store_lib.SCHEMA_VERSION),)
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(results)")]
+        stored = conn.execute("SELECT temperature, noise_variance, num_classes, kl, nll FROM "
+                              "results WHERE problem_id = 'regression/0'").fetchone()
+    assert columns == list(store_lib.COLUMNS)
+    assert stored == (None, 0.01, None, 0.3, None)
+
+
+def test_rows_written_today_carry_one_meaning_per_column(tmp_path):
+    """A real-data problem's estimate goes to nll, a regression problem's noise variance to
+    noise_variance; neither row has a value in the other's columns."""
+    real = generative.file_problems(_npz(tmp_path))["data.npz/0"]
+    regression = leaderboard.get_sweep("regression-quick")["regression/0"]
+    rows = [runner.result_row("mlp", "h", "{}", problem, 1, "auto", 0, estimate=0.7,
+                              estimate_stderr=0.1, num_clipped=0, accuracy=0.8, ece=0.1,
+                              train_seconds=1.0, compile_seconds=0.0, eval_seconds=0.5)
+            for problem in (real, regression)]
+    with leaderboard.ResultsStore(tmp_path / "r.db") as store:
+        store.write(rows)
+        stored = {r.problem_id: r for r in store.rows()}
+    r, g = stored["data.npz/0"], stored["regression/0"]
+    assert (r.metric, r.kl, r.nll, r.nll_stderr, r.target) == (
+        "nll", None, 0.7, 0.1, "classification")
+    assert (r.accuracy, r.num_classes, r.noise_variance) == (0.8, 2, None)
+    assert (g.metric, g.kl, g.nll, g.target, g.noise_variance) == (
+        "kl", 0.7, None, "regression", regression.noise_variance)
+    assert (g.temperature, g.num_classes, g.accuracy, g.ece) == (None, None, None, None)
+
+
+def _npz(directory):
+    """A small two-class data file: 30 training and 10 test pairs in 2 dimensions."""
+    x = np.random.default_rng(0).normal(size=(40, 2)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    path = directory / "data.npz"
+    np.savez(path, x_train=x[:30], y_train=y[:30], x_test=x[30:], y_test=y[30:])
+    return path
 
 
 def test_a_rows_definition_hash_identifies_what_it_evaluated(tmp_path):
@@ -551,7 +655,7 @@ def test_a_full_disk_is_one_error_and_keeps_the_rows_written_before(tmp_path):
             "rerun the same command to continue")
         assert not store._conn.in_transaction
     with leaderboard.ResultsStore(path) as store:
-        assert [(r["problem_id"], r["tau"]) for r in store.rows()] == [("classification_2d/90", 1)]
+        assert [(r.problem_id, r.tau) for r in store.rows()] == [("classification_2d/90", 1)]
         store.write(big)
         assert len(store.rows()) == 8
 
@@ -570,12 +674,12 @@ def test_run_rows_selects_one_runs_rows_in_the_problems_order(tmp_path):
         store.write([*rows, seeded, monte])
         problems = [PROBLEMS[first], PROBLEMS[second]]
         got = store.run_rows("mlp", [CONFIG], problems, ["auto"], 0)
-        assert [(r["problem_id"], r["tau"]) for r in got] == [(first, 1), (first, 100),
+        assert [(r.problem_id, r.tau) for r in got] == [(first, 1), (first, 100),
                                                               (second, 1)]
         failed = store.run_rows("mlp", [CONFIG], problems, ["auto"], 0, status="failed")
-        assert [(r["problem_id"], r["tau"]) for r in failed] == [(first, 1)]
+        assert [(r.problem_id, r.tau) for r in failed] == [(first, 1)]
         both = store.run_rows("mlp", [CONFIG], [PROBLEMS[second]], ["monte_carlo", "auto"], 0)
-        assert [r["estimator"] for r in both] == ["monte_carlo", "auto"]
+        assert [r.estimator for r in both] == ["monte_carlo", "auto"]
         assert store.run_rows("mlp", [CONFIG], [changed], ["auto"], 0) == []
 
 

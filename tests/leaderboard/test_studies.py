@@ -142,7 +142,8 @@ def _fake_probes(self_certainty):
 def _rows(agent, config, kl, diagnostics=lambda pid: None):
     return [runner.result_row(
         agent, configs.config_hash(agent, config), configs.config_json(config), p, tau, "auto", 0,
-        kl=kl * tau, kl_stderr=0.01, num_clipped=0, accuracy=None, ece=None, train_seconds=1.0,
+        estimate=kl * tau, estimate_stderr=0.01, num_clipped=0, accuracy=None, ece=None,
+        train_seconds=1.0,
         compile_seconds=0.0, eval_seconds=0.5, diagnostics=diagnostics(pid) if tau == 1 else None)
         for pid, p in QUICK.items() for tau in p.taus]
 

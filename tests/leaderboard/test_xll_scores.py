@@ -50,7 +50,7 @@ def _rows(agent, encode):
         for tau in problem.taus:
             rows.append(runner.result_row(
                 agent, store_lib.config_hash(agent, None), store_lib.config_json(None), problem,
-                tau, "auto", 0, kl=1.0, kl_stderr=0.1, num_clipped=0, accuracy=np.nan,
+                tau, "auto", 0, estimate=1.0, estimate_stderr=0.1, num_clipped=0, accuracy=np.nan,
                 ece=np.nan, train_seconds=1.0, compile_seconds=0.0, eval_seconds=1.0,
                 predictive=blob if tau == min(problem.taus) else None))
     return rows
