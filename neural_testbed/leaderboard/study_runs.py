@@ -1,20 +1,21 @@
 """Running the studies that are not rows (`tal`, `probe`) into a results store.
 
-Each problem's result is written as soon as it is done (encoded by
-:mod:`neural_testbed.leaderboard.studies`), and a problem whose result is
-already stored with the same agent config and settings is reused, so an
-interrupted study resumes where it stopped. Every problem is then reported
-from the store: a rerun gives what the first run computed.
+They go through the run path (:func:`neural_testbed.run.run_study`: a unit per problem
+shape, on the backend the options name, each unit's records written to the store as it
+finishes, encoded by :mod:`neural_testbed.leaderboard.studies`); a problem whose result
+is already stored with the same agent config and settings is reused, so an interrupted
+study resumes where it stopped. Every problem is then reported from the store: a rerun
+gives what the first run computed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from neural_testbed import base
+from neural_testbed import base, run
 from neural_testbed.active import tal
 from neural_testbed.leaderboard import probing, studies
 from neural_testbed.leaderboard import store as store_lib
@@ -34,24 +35,56 @@ class StudyRun:
     seconds: float
 
 
-def _run(db: str, agent: str, config: Any, study: str, settings_json: str,
-         problems: Sequence[base.Problem],
-         compute: Callable[[list[base.Problem]], Iterable[dict[str, Any]]],
-         recompute: bool, announce: Callable[[int], None] | None) -> StudyRun:
+@dataclasses.dataclass(frozen=True)
+class ProbeStudy:
+    """Grover et al.'s probes of one agent config: a unit's records (``WorkUnit.study``)."""
+
+    name: str
+    config: Any
+    settings: probing.ProbeSettings
+
+    def records(self, agent, problems, programs) -> list[dict[str, Any]]:
+        records, last = [], time.perf_counter()
+        for problem, result in probing.probe_problems(agent, problems, self.settings,
+                                                      progress=False):
+            now = time.perf_counter()
+            records.append(studies.probe_record(self.name, self.config, problem.problem_id,
+                                                result, self.settings, now - last))
+            last = now
+        return records
+
+
+@dataclasses.dataclass(frozen=True)
+class TALStudy:
+    """Transductive active learning with one agent config choosing the queries."""
+
+    name: str
+    config: Any
+    settings: tal.TALSettings
+
+    def records(self, agent, problems, programs) -> list[dict[str, Any]]:
+        return [studies.tal_record(self.name, self.config, result, self.settings)
+                for result in tal.iter_tal(agent, problems, self.settings)]
+
+
+def _run(db: str, study: ProbeStudy | TALStudy, kind: str, settings_json: str,
+         agent: Any, problems: Sequence[base.Problem], recompute: bool, progress: bool,
+         announce: Callable[[int], None] | None) -> StudyRun:
     """Opens the store (refusing a file it cannot use before any work), computes the
-    problems not stored yet, writing each record ``compute`` yields at once, and reads
-    every problem's record back; ``announce`` gets the number reused before the work."""
+    problems not stored yet and reads every problem's record back; ``announce`` gets the
+    number reused before the work."""
     with store_lib.ResultsStore(db) as store:
         stored = ({} if recompute else
-                  studies.stored_by_problem(store, agent, config, study, settings_json))
+                  studies.stored_by_problem(store, study.name, study.config, kind,
+                                            settings_json))
         todo = [p for p in problems if p.problem_id not in stored]
         if announce is not None:
             announce(len(problems) - len(todo))
         start = time.perf_counter()
-        for record in compute(todo):
-            store.write_studies([record])
+        run.run_study(study, study.name, study.config, todo, store, agent=agent,
+                      progress=progress)
         seconds = time.perf_counter() - start
-        stored = studies.stored_by_problem(store, agent, config, study, settings_json)
+        stored = studies.stored_by_problem(store, study.name, study.config, kind, settings_json)
     records = [stored[p.problem_id] for p in problems]
     return StudyRun(records, len(todo), len(problems) - len(todo), seconds)
 
@@ -63,18 +96,11 @@ def run_probes(db: str, name: str, agent: Any, config: Any, problems: Sequence[b
     """Grover et al.'s probes (:func:`probing.probe_problems`) of the agent ``name``
     (built from ``config``) on each problem, stored in the store at ``db``; the
     results are (problem, :class:`probing.ProblemProbes`) pairs."""
-    def compute(todo: list[base.Problem]) -> Iterator[dict[str, Any]]:
-        last = time.perf_counter()
-        for problem, result in probing.probe_problems(agent, todo, settings,
-                                                      progress=progress, desc=name):
-            now = time.perf_counter()
-            yield studies.probe_record(name, config, problem.problem_id, result, settings,
-                                       now - last)
-            last = now
-    run = _run(db, name, config, "probe", studies.probe_settings_json(settings), problems,
-               compute, recompute, announce)
-    results = [(p, studies.probe_result(r)) for p, r in zip(problems, run.results)]
-    return dataclasses.replace(run, results=results)
+    study = ProbeStudy(name, config, settings)
+    result = _run(db, study, "probe", studies.probe_settings_json(settings), agent, problems,
+                  recompute, progress, announce)
+    return dataclasses.replace(result, results=[
+        (p, studies.probe_result(r)) for p, r in zip(problems, result.results)])
 
 
 def run_tal(db: str, name: str, agent: base.Agent, config: Any,
@@ -84,9 +110,7 @@ def run_tal(db: str, name: str, agent: base.Agent, config: Any,
     """Transductive active learning (:func:`tal.iter_tal`) with the agent ``name``
     (built from ``config``) choosing the queries on each problem, stored in the store
     at ``db``; the results are :class:`tal.TALResult`."""
-    def compute(todo: list[base.Problem]) -> Iterator[dict[str, Any]]:
-        for result in tal.iter_tal(agent, todo, settings, progress=progress):
-            yield studies.tal_record(name, config, result, settings)
-    run = _run(db, name, config, "tal", studies.tal_settings_json(settings), problems,
-               compute, recompute, announce)
-    return dataclasses.replace(run, results=[studies.tal_result(r) for r in run.results])
+    study = TALStudy(name, config, settings)
+    result = _run(db, study, "tal", studies.tal_settings_json(settings), agent, problems,
+                  recompute, progress, announce)
+    return dataclasses.replace(result, results=[studies.tal_result(r) for r in result.results])

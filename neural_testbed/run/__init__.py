@@ -26,7 +26,7 @@ from neural_testbed.run.options import RunOptions, parse_shard
 from neural_testbed.run.plan import WorkUnit, plan_units
 
 __all__ = ["RunOptions", "SweepSummary", "WorkUnit", "parse_shard", "plan_units", "run_agent",
-           "run_sweep"]
+           "run_study", "run_sweep"]
 
 
 @dataclasses.dataclass
@@ -130,3 +130,22 @@ def run_sweep(agent_name: str, configs: Sequence[Any], problems: Sequence[base.P
             summary.computed += len(rows)
             summary.failed += sum(r.status != "ok" for r in rows)
     return summary
+
+
+def run_study(study: Any, agent_name: str, config: Any, problems: Sequence[base.Problem],
+              store: store_lib.ResultsStore, options: RunOptions | None = None,
+              agent: base.Agent | None = None, **settings: Any) -> int:
+    """Computes a study's records (tal, probe: ``WorkUnit.study``) on ``problems``, a unit
+    per problem shape, where ``options`` says, writing each unit's records to ``store``
+    as it finishes; returns how many problems were computed. ``agent``: an agent object
+    (this process only); None builds ``agent_name``'s from ``config``."""
+    options = _options(options, settings)
+    shapes: dict[Any, list[base.Problem]] = {}
+    for p in problems:
+        shapes.setdefault(p.shape, []).append(p)
+    units = [WorkUnit(agent_name, config, tuple(group), study=study) for group in shapes.values()]
+    executed = execute.execute(units, options, agent=agent)
+    with contextlib.closing(executed):
+        for _, records in _progress(executed, len(problems), agent_name, options.progress):
+            store.write_studies(records)
+    return len(problems)

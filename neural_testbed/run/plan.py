@@ -34,6 +34,9 @@ class WorkUnit:
     pad_to: int = 0  # pad the batch to this many problems (0 = its own size)
     train_rows: int = 0  # pad training sets to this many rows, if the agent pads (0: no)
     more_configs: tuple[Any, ...] = ()  # configs of config's group run in the same programs
+    # A study (tal, probe) whose records the unit computes instead of rows: anything with
+    # ``records(agent, problems, programs) -> list[dict]`` (picklable, for workers).
+    study: Any = None
 
     @property
     def configs(self) -> tuple[Any, ...]:

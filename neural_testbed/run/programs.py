@@ -414,6 +414,9 @@ def compute_unit(unit: WorkUnit, programs: Programs,
     fails is run again one config at a time (logged), a batch of problems one problem
     at a time, so that only what fails gets failed rows.
     """
+    if unit.study is not None:  # records of the study's own, stored beside the rows
+        made = registry.get_agent(unit.agent).make(unit.config) if agent is None else agent
+        return unit.study.records(made, unit.problems, programs)
     try:
         runner = unit_runner(unit, programs, agent)
     except Exception as error:  # building the agent failed: every problem fails
