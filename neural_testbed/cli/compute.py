@@ -84,7 +84,8 @@ def run_options_of(args) -> run_lib.RunOptions:
         recompute=args.recompute, retry_failed=args.retry_failed,
         shard=run_options.parse_shard(args.shard) if args.shard else (1, 1),
         backend=args.backend, workers=args.workers, address=args.address,
-        imports=tuple(args.imports), units_at_once=args.units_at_once or 1,
+        imports=tuple(args.imports),
+        units_at_once=1 if args.units_at_once is None else args.units_at_once,
         progress=not args.quiet).check()
     if args.units_at_once is None:
         args.units_at_once = run_options.default_units_at_once(chosen)
@@ -102,7 +103,7 @@ def _compute(args, configs: Sequence[Any], announce: str,
     run_checks.check_memory(args.agent, configs, problems, args.estimator, args.seed)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
-        summary = run_lib.run_sweep(args.agent, configs, problems, store, chosen)
+        summary = run_lib.run_sweep(args.agent, configs, problems, store, options=chosen)
     return summary, problems
 
 

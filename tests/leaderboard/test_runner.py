@@ -229,3 +229,32 @@ def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
     assert sum(text.count("precision=(Precision.HIGHEST, Precision.HIGHEST)")
                for text in jaxprs) == products
     assert in_effect and set(in_effect) == {runner.MATMUL_PRECISION}
+
+
+def test_a_sweep_compiles_once_per_config_group_and_shape(monkeypatch, tmp_path):
+    """The trace count of a sweep: 4 mlp configs in 2 groups (adaptive decay on and off,
+    each group's two learning rates traced together) on smoke's 4 problems. mlp trains on
+    sets padded to the padding group's largest T, so T = 10 and 100 share one shape: its
+    build compiles once and each group's training and 2 evaluations once, 1 + 2 x 3
+    programs, whether a unit holds one problem or a whole shape's."""
+    compiled, compile_traced = [], runner.compile_traced
+
+    def recording(traced):
+        compiled.append(traced)
+        return compile_traced(traced)
+
+    monkeypatch.setattr(runner, "compile_traced", recording)
+    short = agents.MLPConfig(num_steps=20)
+    configs = [dataclasses.replace(short, learning_rate=lr, adaptive_weight_scale=adaptive)
+               for adaptive in (True, False) for lr in (1e-3, 1e-2)]
+    problems = [dataclasses.replace(p, num_test=20, num_samples=10)
+                for p in leaderboard.get_sweep("smoke").values()]
+    assert len({p.shape for p in problems}) == 2 and len(problems) == 4
+    for problems_per_batch, programs in ((None, 1 + 2 * 3), (1, 1 + 2 * 3)):
+        compiled.clear()
+        with leaderboard.ResultsStore(tmp_path / f"{problems_per_batch}.db") as store:
+            summary = leaderboard.run_sweep("mlp", configs, problems, store, progress=False,
+                                            configs_per_batch=2,
+                                            problems_per_batch=problems_per_batch)
+        assert summary.computed == len(configs) * len(problems) * 2 and summary.failed == 0
+        assert len(compiled) == programs, problems_per_batch
