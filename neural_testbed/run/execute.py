@@ -132,6 +132,8 @@ def _in_workers(units, options: RunOptions) -> Iterator[tuple[WorkUnit, list]]:
                     selector.unregister(worker.stdout)
                     del busy[worker]
                     _stop(worker)
+                    if unit is None:  # idle: nothing to try again
+                        continue
                     deaths[index[id(unit)]] += 1
                     if deaths[index[id(unit)]] >= MAX_WORKER_DEATHS:
                         yield unit, programs_lib.failed_rows_of(

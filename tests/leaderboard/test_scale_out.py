@@ -20,6 +20,7 @@ from neural_testbed.run import programs
 
 HERE = pathlib.Path(__file__).parent
 TOY, BROKEN = str(HERE / "toy_agent.py"), str(HERE / "broken_agent.py")
+DYING = str(HERE / "dying_agent.py")
 # The smoke sweep at N = M = 100: executors, shards and merge are under test, not the estimates.
 PROBLEMS = [dataclasses.replace(p, num_test=100, num_samples=100)
             for p in leaderboard.get_sweep("smoke").values()]
@@ -29,12 +30,12 @@ RESULT = ("agent", "config_hash", "problem_id", "tau", "kl", "kl_stderr", "accur
 
 @pytest.fixture(scope="module", autouse=True)
 def user_agents():
-    """Registers "toy" and "broken" for this module's tests only, then removes them.
+    """Registers "toy", "broken" and "dying" for this module's tests only, then removes them.
 
     A module imported earlier in the session is not executed again, so its spec
     is registered here if importing it did not."""
     agents_before, modules_before = set(registry.AGENTS), set(sys.modules)
-    for name, path in (("toy", TOY), ("broken", BROKEN)):
+    for name, path in (("toy", TOY), ("broken", BROKEN), ("dying", DYING)):
         module = plugins.import_agent_module(path)
         if name not in registry.AGENTS:
             registry.register(name, module.SPEC)
@@ -101,6 +102,22 @@ def test_a_host_agent_computes_units_at_once_with_the_serial_numbers():
 
     serial = rows(1)
     assert {r[3] for r in serial} == {"ok"} and rows(2) == serial
+
+
+@pytest.mark.slow  # three worker processes die and start again
+def test_a_unit_whose_worker_dies_three_times_gets_failed_rows_and_the_rest_run(tmp_path):
+    """A worker killed while computing a unit is replaced and the unit tried again; after
+    the third death its rows are failed rows that say so, and every other unit's rows
+    are computed (T = 100 in another worker, meanwhile)."""
+    with leaderboard.ResultsStore(tmp_path / "d.db") as store:
+        summary = leaderboard.run_sweep("dying", [registry.get_agent("dying").default],
+                                        PROBLEMS, store, workers=2, imports=(DYING,),
+                                        progress=False)
+        rows = store.rows()
+    assert summary.computed == len(rows) == 8
+    failed = {r.problem_id for r in rows if r.status == "failed"}
+    assert failed == {p.problem_id for p in PROBLEMS if p.num_train == 10}
+    assert all("the worker process died 3 times" in r.error for r in rows if r.status != "ok")
 
 
 @pytest.mark.parametrize("kwargs, message", [
