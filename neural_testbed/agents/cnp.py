@@ -154,11 +154,13 @@ def _sample_tasks(key: jax.Array, prior: base.RegressionPriorKnowledge, num_func
     return x, y, weights
 
 
-def make_cnp_agent(config: CNPConfig = CNPConfig()) -> base.Agent:
+def make_cnp_agent(config: CNPConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the cnp agent; its belief index is a PRNG key (independent draws per input).
 
+    Its meta-training's context sizes depend on T, so it does not accept padding.
+
     Example:
-      >>> agent = make_cnp_agent(CNPConfig(num_steps=500))
+      >>> agent = make_cnp_agent(CNPConfig(num_steps=500), base.Shapes(1, 1))
       >>> state = agent.train(jax.random.key(0), data, prior)  # meta-trains, then holds data
       >>> mean, variance = predict(state, x)
     """
@@ -166,7 +168,7 @@ def make_cnp_agent(config: CNPConfig = CNPConfig()) -> base.Agent:
 
     def train(key: jax.Array, data: base.Data, prior: base.RegressionPriorKnowledge):
         init_key, train_key = jax.random.split(key)
-        largest = max_context(config, prior.num_train)
+        largest = max_context(config, base.num_pairs(data))  # a Python int: never padded
         num_points = largest + config.num_targets
 
         def loss(params, tasks):
@@ -183,7 +185,7 @@ def make_cnp_agent(config: CNPConfig = CNPConfig()) -> base.Agent:
             updates, opt_state = optimizer.update(grads, opt_state)
             return (optax.apply_updates(params, updates), opt_state), None
 
-        params = init_cnp(init_key, prior.input_dim, config)
+        params = init_cnp(init_key, shapes.input_dim, config)
         (params, _), _ = jax.lax.scan(step, (params, optimizer.init(params)),
                                       jax.random.split(train_key, config.num_steps))
         return CNPState(params, data)

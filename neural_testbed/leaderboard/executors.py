@@ -31,7 +31,7 @@ import jax
 
 from neural_testbed import base, compilation_cache, memory
 from neural_testbed.agents import plugins, registry
-from neural_testbed.leaderboard import config_batches, configs, runner
+from neural_testbed.leaderboard import configs, runner
 
 __all__ = ["BACKENDS", "WorkUnit", "check_ray_address", "check_units_at_once", "compute_unit",
            "default_units_at_once", "execute"]
@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class WorkUnit:
-    """A batch of configs of one agent (one config, or several of one group) on one batch
-    of problems of the same shape, or of one padding group (``train_rows``)."""
+    """A batch of configs of one agent (one config, or several that differ only in fields
+    it declares batchable) on one batch of problems of the same shape, or of one padding
+    group (``train_rows``)."""
 
     agent: str
     config: Any
@@ -52,7 +53,7 @@ class WorkUnit:
     agent_seed: int = 0
     pad_to: int = 0  # pad the batch to this many problems (0 = its own size)
     train_rows: int = 0  # pad training sets to this many rows, if the agent accepts it (0: no)
-    more_configs: tuple[Any, ...] = ()  # configs of config's group run in the same programs
+    more_configs: tuple[Any, ...] = ()  # configs run in the same programs (config_batches)
 
     @property
     def configs(self) -> tuple[Any, ...]:
@@ -63,37 +64,35 @@ class WorkUnit:
 # of one config and shape compile once per process.
 _RUNNERS: collections.OrderedDict = collections.OrderedDict()
 _MAX_RUNNERS = 8
-# Config groups whose batch failed in this process (e.g. an agent that reads a config
-# float in Python): their later units go one config at a time without trying again.
-_UNBATCHABLE: set = set()
 
 
 _RUNNERS_LOCK = threading.Lock()  # units computed at once share the runners
 
 
-def _batch_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunner:
+def _batch_runner(unit: WorkUnit, build: base.AgentBuilder | None) -> runner.BatchRunner:
     """The runner of the unit's configs and (padded) shape, compiled once per process."""
     with _RUNNERS_LOCK:
-        return _cached_runner(unit, agent)
+        return _cached_runner(unit, build)
 
 
-def _cached_runner(unit: WorkUnit, agent: base.Agent | None) -> runner.BatchRunner:
+def _cached_runner(unit: WorkUnit, build: base.AgentBuilder | None) -> runner.BatchRunner:
     template = unit.problems[0]
-    passed = id(agent)
-    spec = registry.get_agent(unit.agent) if agent is None else None
-    if agent is None:
-        agent = spec.make(unit.config)
+    passed = id(build)
+    spec = registry.get_agent(unit.agent) if build is None else None
+    shapes = base.Shapes.of(template)
+    agent = spec.make(unit.config, shapes) if build is None else build(shapes)
     if unit.train_rows and runner.accepts_padding(agent):
         template = dataclasses.replace(template, num_train=unit.train_rows)
     key = (unit.agent, tuple(configs.config_hash(unit.agent, c) for c in unit.configs),
            template.shape, unit.estimator, unit.agent_seed, passed)
     if key in _RUNNERS:
         _RUNNERS.move_to_end(key)
-        return _RUNNERS[key]
+        return _RUNNERS[key][0]
     made = runner.BatchRunner(agent, unit.agent, unit.config, template, unit.estimator,
                               unit.agent_seed, more_configs=unit.more_configs,
-                              make=spec.make if spec else None)
-    _RUNNERS[key] = made  # holds ``agent``, so its id is not reused while cached
+                              make=spec.make if spec else None,
+                              batchable=spec.batchable if spec else ())
+    _RUNNERS[key] = made, build  # holds ``build``, so its id is not reused while cached
     if len(_RUNNERS) > _MAX_RUNNERS:
         _RUNNERS.popitem(last=False)
     return made
@@ -106,38 +105,25 @@ def failed_rows(unit: WorkUnit, error: str) -> list[base.ProblemResult]:
                                           unit.agent_seed, error)]
 
 
-def compute_unit(unit: WorkUnit, agent: base.Agent | None = None) -> list[base.ProblemResult]:
+def compute_unit(unit: WorkUnit,
+                 build: base.AgentBuilder | None = None) -> list[base.ProblemResult]:
     """The rows of a work unit; failures become failed rows, never exceptions.
 
-    A unit of several configs runs them in one vmapped program; if that cannot be
-    built or run (an agent that uses a config float in Python, a host agent, a
-    failing problem), it runs them one config at a time instead.
+    A unit of several configs runs them in one vmapped program; if it fails, its
+    rows are failed rows with the error, as for one config.
 
     Args:
       unit: the work.
-      agent: the agent to run; None builds it from the registry (workers,
-        Ray tasks), so only registered agents run outside this process.
+      build: ``shapes -> agent`` of the agent to run; None builds it from the
+        registry (workers, Ray tasks), so only registered agents run outside this
+        process.
     """
     size = max(unit.pad_to, len(unit.problems))
-    if unit.more_configs:
-        group = (unit.agent, config_batches.group_key(unit.config), id(agent))
-        try:
-            if group in _UNBATCHABLE:
-                raise TypeError("an earlier batch of this group failed")
-            made = _batch_runner(unit, agent)
-            return runner.run_batch(made, list(unit.problems), size, unit.config)
-        except Exception as error:  # whatever the reason: one config at a time
-            log.info("%s: %d configs in one program failed (%s); one config at a time",
-                     unit.agent, len(unit.configs), runner.error_text(error))
-            _UNBATCHABLE.add(group)
-            return [row for config in unit.configs
-                    for row in compute_unit(dataclasses.replace(
-                        unit, config=config, more_configs=()), agent)]
     try:
-        made = _batch_runner(unit, agent)
-    except Exception as error:  # building the agent failed: every problem fails
+        made = _batch_runner(unit, build)
+    except Exception as error:  # building the agent or its programs failed: every row fails
         return failed_rows(unit, f"{type(error).__name__}: {error}")
-    return runner.run_batch(made, list(unit.problems), size, unit.config)
+    return runner.run_batch(made, list(unit.problems), size)
 
 
 def _die_with_the_driver(driver: int) -> None:
@@ -302,7 +288,7 @@ def default_units_at_once() -> int:
     return min(2, cores) if jax.default_backend() == "cpu" else 1
 
 
-def _in_threads(units, agent, units_at_once) -> Iterator[tuple[WorkUnit, list]]:
+def _in_threads(units, build, units_at_once) -> Iterator[tuple[WorkUnit, list]]:
     """Computes up to ``units_at_once`` units at the same time in this process (threads:
     XLA runs programs outside the interpreter lock). Each unit's numbers are its own,
     whatever finishes first. If the consumer stops (Ctrl-C, or the generator is closed),
@@ -310,7 +296,7 @@ def _in_threads(units, agent, units_at_once) -> Iterator[tuple[WorkUnit, list]]:
     pool = concurrent.futures.ThreadPoolExecutor(units_at_once,
                                                  thread_name_prefix="neural-testbed-unit")
     try:
-        futures = {pool.submit(compute_unit, unit, agent): unit for unit in units}
+        futures = {pool.submit(compute_unit, unit, build): unit for unit in units}
         for future in concurrent.futures.as_completed(futures):
             yield futures[future], future.result()
     finally:
@@ -498,7 +484,7 @@ def execute(
     workers: int = 1,
     address: str | None = None,
     imports: Sequence[str] = (),
-    agent: base.Agent | None = None,
+    build: base.AgentBuilder | None = None,
     units_at_once: int = 1,
 ) -> Iterator[tuple[WorkUnit, list[base.ProblemResult]]]:
     """Yields ``(unit, rows)`` as units finish, in any order.
@@ -511,8 +497,8 @@ def execute(
       workers: local worker processes (1 = this process).
       address: a Ray cluster address.
       imports: modules that register user agents, imported in every worker.
-      agent: an agent object to run instead of the registered one (this
-        process only: backend "local" with one worker).
+      build: ``shapes -> agent``, an agent to run instead of the registered one
+        (this process only: backend "local" with one worker).
       units_at_once: units this process computes at the same time (backend
         "local" with one worker; see :func:`default_units_at_once`).
     """
@@ -520,16 +506,16 @@ def execute(
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    if agent is not None and (backend != "local" or workers != 1):
+    if build is not None and (backend != "local" or workers != 1):
         raise ValueError("an agent object runs in this process only (backend 'local', 1 "
                          "worker); register it to run it on workers or Ray")
     check_units_at_once(units_at_once, backend, workers)
     if backend == "ray":
         return _ray(units, workers, address, imports)
     if workers == 1 and units_at_once > 1:
-        return _in_threads(units, agent, units_at_once)
+        return _in_threads(units, build, units_at_once)
     if workers == 1:
-        return ((unit, compute_unit(unit, agent)) for unit in units)
+        return ((unit, compute_unit(unit, build)) for unit in units)
     return _local_workers(units, workers, imports)
 
 

@@ -1,5 +1,6 @@
-"""Computes the rows of one agent config (or a batch of configs of one group, vmapped:
-``config_batches``) on a batch of same-shape problems.
+"""Computes the rows of one agent config (or a batch of configs that differ only in the
+fields the agent declares batchable, vmapped: ``config_batches``) on a batch of
+same-shape problems.
 
 The problems' instances are built (one after another), the agent is
 trained (``vmap`` over problems) and evaluated at every tau (``lax.map`` over
@@ -19,7 +20,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import jax
@@ -69,15 +70,18 @@ class BatchRunner:
     batch size, ahead of time, so its compile time is measured apart. With a
     template of more training rows than its problems' T (their padding group's
     largest T) and an agent that ``accepts_padding``, it runs the problems of
-    every T of the group: each is built padded and trained on its own first T rows.
+    every T of the group: each is built padded, its ``Data.mask`` marking its own
+    first T rows.
     """
 
     def __init__(self, agent: base.Agent | base.HostAgent, agent_name: str, config: Any,
                  template: base.Problem, estimator: str, agent_seed: int, *,
-                 more_configs: Sequence[Any] = (), make: Callable[[Any], base.Agent] | None = None):
-        """``more_configs``: configs of ``config``'s group (``config_batches``) computed in
-        the same programs, their differing floats traced; ``make`` builds an agent from a
-        config (needed with ``more_configs``)."""
+                 more_configs: Sequence[Any] = (),
+                 make: Callable[[Any, base.Shapes], base.Agent] | None = None,
+                 batchable: Collection[str] = ()):
+        """``more_configs``: configs computed in the same programs, which differ from
+        ``config`` only in fields of ``batchable`` (the agent's declaration), traced;
+        ``make`` builds an agent from a config and shapes (needed with ``more_configs``)."""
         self.agent_name = agent_name
         self.configs = (config, *more_configs)
         self.config_jsons = [configs_lib.config_json(c) for c in self.configs]
@@ -93,11 +97,12 @@ class BatchRunner:
         self._exclusive = contextlib.nullcontext()
         self._values: tuple[np.ndarray, ...] = ()  # the traced floats, [configs, fields]
         if more_configs:
-            names = config_batches.traced_fields(self.configs)
+            names = config_batches.array_fields(self.configs, batchable)
             self._values = (config_batches.values_of(self.configs, names),)
+            shapes = base.Shapes.of(template)
 
             def agent_for(values):  # one config's agent, inside the vmap over configs
-                return make(config_batches.with_values(config, names, values))
+                return make(config_batches.with_arrays(config, names, values), shapes)
         if isinstance(agent, base.HostAgent):
             if more_configs:
                 raise TypeError("a host agent trains outside JAX: one config at a time")
@@ -110,8 +115,8 @@ class BatchRunner:
 
             def train_problems(agent, agent_keys, instances, num_train):
                 def one(key, data, prior, num_train):
-                    if pads:  # T may be fewer than the (padded) rows: say how many
-                        prior = prior.replace(num_train=num_train)
+                    if pads:  # T may be fewer than the (padded) rows: mark its own
+                        data = data._replace(mask=jax.numpy.arange(data.x.shape[0]) < num_train)
                     return agent.train(jax.random.fold_in(key, agent_seed), data, prior)
                 return jax.vmap(one)(agent_keys, instances.data, instances.prior, num_train)
 
@@ -278,7 +283,7 @@ class BatchRunner:
 
     def _train_on_host(self, agent_keys, instances, problems) -> tuple[jax.Array, float, float]:
         """Trains a host agent problem by problem, each on its own T pairs (the first
-        rows of a padded set); returns its states' handles.
+        rows of a padded set, without a mask); returns its states' handles.
 
         Padding problems reuse the last real problem's state.
         """
@@ -289,7 +294,7 @@ class BatchRunner:
         for i, problem in enumerate(problems):
             key = jax.random.fold_in(agent_keys[i], self.agent_seed)
             rows = problem.num_train
-            prior = instances.prior.replace(temperature=float(temperatures[i]), num_train=rows)
+            prior = instances.prior.replace(temperature=float(temperatures[i]))
             state = self._host_agent.train(host.host_seed(key), base.Data(
                 x=data.x[i, :rows], y=data.y[i, :rows]), prior)
             handles.append(self._host_states.put(state))
@@ -455,23 +460,23 @@ def failed_rows(agent_name: str, config: Any, problems: Sequence[base.Problem],
     ]
 
 
-def run_batch(runner: BatchRunner, batch: Sequence[base.Problem], size: int,
-              config: Any) -> list[base.ProblemResult]:
-    """Rows of a batch of same-shape problems, padded to ``size`` problems.
+def run_batch(runner: BatchRunner, batch: Sequence[base.Problem],
+              size: int) -> list[base.ProblemResult]:
+    """Rows of a batch of same-shape problems, padded to ``size`` problems, for each of the
+    runner's configs.
 
     On an error, runs its problems one by one, so that only the failing ones
-    get failed rows (a runner of several configs raises instead).
+    get failed rows (for every config of the runner).
     """
     padded = list(batch) + [batch[-1]] * (size - len(batch))
     try:
         return runner(padded, num_real=len(batch))
     except Exception as error:  # an agent may raise anything; record, don't stop
-        if len(runner.configs) > 1:  # the caller runs them one config at a time
-            raise
         if len(batch) == 1:
             log.warning("%s failed on %s: %s", runner.agent_name, batch[0].problem_id, error)
-            return failed_rows(runner.agent_name, config, batch, runner.estimator,
-                               runner.agent_seed, error)
+            return [row for config in runner.configs
+                    for row in failed_rows(runner.agent_name, config, batch, runner.estimator,
+                                           runner.agent_seed, error)]
         log.warning("%s: a batch of %d problems failed (%s); retrying one by one",
                     runner.agent_name, len(batch), error_text(error))
-        return [row for p in batch for row in run_batch(runner, [p], 1, config)]
+        return [row for p in batch for row in run_batch(runner, [p], 1)]

@@ -56,16 +56,16 @@ def _run(db: str, agent: str, config: Any, study: str, settings_json: str,
     return StudyRun(records, len(todo), len(problems) - len(todo), seconds)
 
 
-def run_probes(db: str, name: str, agent: Any, config: Any, problems: Sequence[base.Problem],
-               settings: probing.ProbeSettings, *, recompute: bool = False,
-               progress: bool = True,
+def run_probes(db: str, name: str, build: base.AgentBuilder, config: Any,
+               problems: Sequence[base.Problem], settings: probing.ProbeSettings, *,
+               recompute: bool = False, progress: bool = True,
                announce: Callable[[int], None] | None = None) -> StudyRun:
     """Grover et al.'s probes (:func:`probing.probe_problems`) of the agent ``name``
-    (built from ``config``) on each problem, stored in the store at ``db``; the
-    results are (problem, :class:`probing.ProblemProbes`) pairs."""
+    (``build``: ``shapes -> agent`` of ``config``) on each problem, stored in the store
+    at ``db``; the results are (problem, :class:`probing.ProblemProbes`) pairs."""
     def compute(todo: list[base.Problem]) -> Iterator[dict[str, Any]]:
         last = time.perf_counter()
-        for problem, result in probing.probe_problems(agent, todo, settings,
+        for problem, result in probing.probe_problems(build, todo, settings,
                                                       progress=progress, desc=name):
             now = time.perf_counter()
             yield studies.probe_record(name, config, problem.problem_id, result, settings,
@@ -77,15 +77,15 @@ def run_probes(db: str, name: str, agent: Any, config: Any, problems: Sequence[b
     return dataclasses.replace(run, results=results)
 
 
-def run_tal(db: str, name: str, agent: base.Agent, config: Any,
+def run_tal(db: str, name: str, build: base.AgentBuilder, config: Any,
             problems: Sequence[base.Problem], settings: tal.TALSettings, *,
             recompute: bool = False, progress: bool = True,
             announce: Callable[[int], None] | None = None) -> StudyRun:
     """Transductive active learning (:func:`tal.iter_tal`) with the agent ``name``
-    (built from ``config``) choosing the queries on each problem, stored in the store
-    at ``db``; the results are :class:`tal.TALResult`."""
+    (``build``: ``shapes -> agent`` of ``config``) choosing the queries on each problem,
+    stored in the store at ``db``; the results are :class:`tal.TALResult`."""
     def compute(todo: list[base.Problem]) -> Iterator[dict[str, Any]]:
-        for result in tal.iter_tal(agent, todo, settings, progress=progress):
+        for result in tal.iter_tal(build, todo, settings, progress=progress):
             yield studies.tal_record(name, config, result, settings)
     run = _run(db, name, config, "tal", studies.tal_settings_json(settings), problems,
                compute, recompute, announce)

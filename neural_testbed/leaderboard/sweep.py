@@ -26,9 +26,9 @@ from neural_testbed.leaderboard import config_batches, executors, runner
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.likelihood import kl, regression
 
-__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_agent_on_problems", "check_memory",
-           "check_options", "parse_shard", "plan_units", "run_agent", "run_sweep",
-           "usable_cores"]
+__all__ = ["MAX_AGENT_SEED", "SweepSummary", "check_agent_on_problems", "check_builder",
+           "check_memory", "check_options", "parse_shard", "plan_units", "run_agent",
+           "run_sweep", "usable_cores"]
 
 MAX_AGENT_SEED = 2**32 - 1  # the seed is folded into keys as a uint32
 MAX_INT32 = 2**31 - 1
@@ -169,12 +169,13 @@ def check_memory(agent_name: str, configs: Sequence[Any], problems: Sequence[bas
     # built-in sweep: one N and one set of taus) it is traced once, not twice.
     largest_train = max(problems, key=lambda p: (train_size(p), test_size(p)))
     largest_test = max(problems, key=lambda p: (test_size(p), train_size(p)))
-    for config_batch in config_batches.batch_configs(configs, len(configs) or 1):
+    for config_batch in config_batches.batch_configs(configs, len(configs) or 1, spec.batchable):
         config = config_batch[0]
         for problem in dict.fromkeys((largest_train, largest_test)):
             try:
-                batch_runner = runner.BatchRunner(spec.make(config), agent_name, config,
-                                                  problem, estimator, agent_seed)
+                batch_runner = runner.BatchRunner(
+                    spec.make(config, base.Shapes.of(problem)), agent_name, config, problem,
+                    estimator, agent_seed)
                 size, program = batch_runner.largest_array(problem)
             except Exception:  # the unit records the same error in its rows
                 continue
@@ -202,12 +203,13 @@ def plan_units(
     recompute: bool = False,
     retry_failed: bool = False,
     shard: tuple[int, int] = (1, 1),
-    agent: base.Agent | base.HostAgent | None = None,
+    build: base.AgentBuilder | None = None,
 ) -> tuple[list[executors.WorkUnit], int]:
     """The work units still to run, and how many rows the store already holds.
 
-    Units are cut from the whole sweep (per batch of configs, per problem shape,
-    chunks of ``problems_per_batch``) before anything is skipped, so a unit is the
+    Units are cut from the whole sweep (per batch of configs that differ only in the
+    fields the agent declares batchable, per problem shape, chunks of
+    ``problems_per_batch``) before anything is skipped, so a unit is the
     same batch whichever backend, worker count or shard runs it, and gives the same
     numbers. With ``problems_per_batch`` set and an agent that accepts padding, the
     chunks are cut from each padding group instead (its shapes one after another), so
@@ -216,8 +218,8 @@ def plan_units(
     is ``i - 1`` modulo ``n``. Problems already stored are then dropped from their unit
     (``store=None``: nothing is stored yet); a batch of configs whose configs are stored
     for different problems (some run alone earlier) is split into one unit per config.
-    ``agent``: the agent object of ``run_agent``; None builds each config's from the
-    registry where whether it pads matters.
+    ``build``: ``shapes -> agent`` of ``run_agent``; None builds each config's agent from
+    the registry where whether it pads matters.
     """
     check_options(agent_seed=agent_seed, problems_per_batch=problems_per_batch,
                   estimator=estimator, configs_per_batch=configs_per_batch)
@@ -228,17 +230,19 @@ def plan_units(
     train_rows = _train_rows(problems)
     across_sizes = problems_per_batch is not None and bool(train_rows)
 
-    def pads(config) -> bool:
-        if agent is not None:
-            return runner.accepts_padding(agent)
+    def pads(config, problem) -> bool:
+        shapes = base.Shapes.of(problem)
         try:
-            return runner.accepts_padding(registry.get_agent(agent_name).make(config))
+            agent = build(shapes) if build is not None else registry.get_agent(
+                agent_name).make(config, shapes)
         except Exception:  # the unit's own build fails again and records failed rows
             return False
+        return runner.accepts_padding(agent)
 
+    batchable = () if build is not None else registry.get_agent(agent_name).batchable
     units, reused, position = [], 0, 0
-    for config_batch in config_batches.batch_configs(configs, configs_per_batch):
-        groups = _unit_groups(problems, across_sizes and pads(config_batch[0]))
+    for config_batch in config_batches.batch_configs(configs, configs_per_batch, batchable):
+        groups = _unit_groups(problems, lambda p: across_sizes and pads(config_batch[0], p))
         done = []
         for config in config_batch:
             stored = set() if recompute or store is None else store.done(
@@ -270,19 +274,22 @@ def plan_units(
     return units, reused
 
 
-def _unit_groups(problems: Sequence[base.Problem], by_padding: bool) -> list[list[base.Problem]]:
-    """The problems that units are cut from together: those of one shape, or with
-    ``by_padding`` those of one padding group, its shapes in order of first appearance
-    (so chunks of one shape's size are the units cut per shape)."""
+def _unit_groups(problems: Sequence[base.Problem],
+                 by_padding: Callable[[base.Problem], bool]) -> list[list[base.Problem]]:
+    """The problems that units are cut from together: those of one shape, or, where
+    ``by_padding`` of a padding group's first problem, those of the padding group, its
+    shapes in order of first appearance (so chunks of one shape's size are the units cut
+    per shape)."""
     shapes: dict[Any, list[base.Problem]] = {}
     for p in problems:
         shapes.setdefault(p.shape, []).append(p)
-    if not by_padding:
-        return list(shapes.values())
     groups: dict[Any, list[base.Problem]] = {}
+    padding: dict[Any, bool] = {}  # padding group -> whether the agent pads on it
     for shape, group in shapes.items():
         padding_group = getattr(group[0], "padding_group", None)
-        key = ("shape", shape) if padding_group is None else ("padding", padding_group)
+        if padding_group is not None and padding_group not in padding:
+            padding[padding_group] = by_padding(group[0])
+        key = ("padding", padding_group) if padding.get(padding_group) else ("shape", shape)
         groups.setdefault(key, []).extend(group)
     return list(groups.values())
 
@@ -303,6 +310,14 @@ def _train_rows(problems: Sequence[base.Problem]) -> dict[str, int]:
             if getattr(p, "padding_group", None) is not None}
 
 
+def check_builder(build: Any) -> None:
+    """Refuses, in one line, an agent where a function ``shapes -> agent`` is expected."""
+    if isinstance(build, (base.Agent, base.HostAgent)) or not callable(build):
+        raise TypeError(f"expected a function shapes -> agent (e.g. functools.partial(make, "
+                        f"config)), got {type(build).__name__}: an agent is built for one "
+                        f"problem shape (base.Shapes), so it is built per shape of the problems")
+
+
 def _progress(units, total: int, desc: str, show: bool) -> Iterator:
     """Yields ``(unit, rows)`` from ``units`` with a progress bar and ETA on stderr."""
     bar = tqdm(total=total, unit="problem", disable=not show or total == 0, file=sys.stderr,
@@ -314,7 +329,7 @@ def _progress(units, total: int, desc: str, show: bool) -> Iterator:
 
 
 def run_agent(
-    agent: base.Agent,
+    build: base.AgentBuilder,
     problems: Sequence[base.Problem],
     agent_name: str = "agent",
     *,
@@ -326,13 +341,14 @@ def run_agent(
     on_rows: Callable[[list[base.ProblemResult]], None] | None = None,
     units_at_once: int = 1,
 ) -> list[base.ProblemResult]:
-    """Trains ``agent`` once per problem and evaluates it at each of the problem's taus.
+    """Trains an agent once per problem and evaluates it at each of the problem's taus.
 
     The same planner and executor as :func:`run_sweep`, in this process,
-    without a store: for an agent object that need not be registered.
+    without a store: for an agent that need not be registered.
 
     Args:
-      agent: the agent to evaluate.
+      build: ``shapes -> agent``, called once per problem shape (e.g.
+        ``functools.partial(make, config)`` of a ``make(config, shapes)``).
       problems: the problems, e.g. ``get_sweep("quick").values()``.
       agent_name: recorded in each row.
       config: the agent's config, recorded (hashed) in each row; None if it has none.
@@ -353,15 +369,16 @@ def run_agent(
     Example:
       >>> from neural_testbed import agents, leaderboard
       >>> spec = agents.get_agent("mlp")
-      >>> rows = leaderboard.run_agent(spec.make(spec.default),
+      >>> rows = leaderboard.run_agent(functools.partial(spec.make, spec.default),
       ...                              leaderboard.get_sweep("quick").values(), "mlp")
     """
+    check_builder(build)
     problems = list(problems)
     units, _ = plan_units(agent_name, [config], problems, None, agent_seed=agent_seed,
-                          estimator=estimator, problems_per_batch=problems_per_batch, agent=agent)
+                          estimator=estimator, problems_per_batch=problems_per_batch, build=build)
     results: list[base.ProblemResult] = []
     total = sum(len(u.problems) * len(u.configs) for u in units)
-    executed = executors.execute(units, agent=agent, units_at_once=units_at_once)
+    executed = executors.execute(units, build=build, units_at_once=units_at_once)
     for _, rows in _progress(executed, total, agent_name, progress):
         if on_rows is not None:
             on_rows(rows)
@@ -402,8 +419,9 @@ def run_sweep(
       estimator: the likelihood estimator setting.
       problems_per_batch: problems per work unit (None = all those of one shape; more
         than that trains several T in one unit where the agent pads: ``plan_units``).
-      configs_per_batch: up to this many configs that differ only in float fields are
-        trained and evaluated in one program (vmap over configs, ``config_batches``):
+      configs_per_batch: up to this many configs that differ only in the fields the agent
+        declares batchable are trained and evaluated in one program (vmap over configs,
+        ``config_batches``):
         one compilation per group of configs, not per config; more uses more memory.
       recompute: recompute and replace rows already in the store.
       retry_failed: recompute the rows stored as failed (and missing ones).
