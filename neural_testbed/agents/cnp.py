@@ -18,10 +18,12 @@ and two MLP passes over C + num_targets inputs per function) where T is large;
 above it (T > 200 by default) the CNP is conditioned on more pairs than it was
 trained on, which is untested.
 
-Meta-training depends on the key and the prior only, never on the training
-pairs: those are the context the trained state holds. Training again under the
-same key and prior with more pairs is exactly conditioning the same CNP on
-more points.
+Meta-training depends on the key, the prior and T only, never on the training
+pairs themselves: those are the context the trained state holds. Training again
+under the same key and prior with other pairs of the same T is exactly
+conditioning the same CNP on them (with more pairs too, while ``2 T`` stays at
+most ``largest_context_at_least``). Its context sizes depend on T, so it is
+never padded (``accepts_padding`` is off: the runner gives it its T pairs).
 
 What the variance means: the decoder's variance is that of ``f(x*)``, not of
 ``y``; the likelihood it is trained with adds the known noise variance, as
@@ -156,8 +158,6 @@ def _sample_tasks(key: jax.Array, prior: base.RegressionPriorKnowledge, num_func
 
 def make_cnp_agent(config: CNPConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the cnp agent; its belief index is a PRNG key (independent draws per input).
-
-    Its meta-training's context sizes depend on T, so it does not accept padding.
 
     Example:
       >>> agent = make_cnp_agent(CNPConfig(num_steps=500), base.Shapes(1, 1))
