@@ -96,8 +96,9 @@ class BatchRunner:
         # its batches run one at a time when units are computed at once (executors).
         self._exclusive = contextlib.nullcontext()
         self._values: tuple[np.ndarray, ...] = ()  # the traced floats, [configs, fields]
+        self.array_fields: tuple[str, ...] = ()  # the fields vmapped over, with more_configs
         if more_configs:
-            names = config_batches.array_fields(self.configs, batchable)
+            names = self.array_fields = config_batches.array_fields(self.configs, batchable)
             self._values = (config_batches.values_of(self.configs, names),)
             shapes = base.Shapes.of(template)
 
@@ -472,6 +473,10 @@ def run_batch(runner: BatchRunner, batch: Sequence[base.Problem],
     try:
         return runner(padded, num_real=len(batch))
     except Exception as error:  # an agent may raise anything; record, don't stop
+        if len(runner.configs) > 1:  # say where it ran: make may have used a field in Python
+            error = (f"{len(runner.configs)} configs vmapped over "
+                     f"{', '.join(runner.array_fields)} (the agent's batchable fields, float32 "
+                     f"arrays there): {error_text(error)}")
         if len(batch) == 1:
             log.warning("%s failed on %s: %s", runner.agent_name, batch[0].problem_id, error)
             return [row for config in runner.configs
