@@ -34,8 +34,9 @@ The agent contract, in one place (``agents.AgentSpec`` registers an agent under 
 - Config batching is declared. ``AgentSpec(..., batchable=(names))`` lists float
   fields of the config that may be arrays: configs that differ only in those
   fields are trained and evaluated in one program, ``vmap``-ped over configs, in
-  which ``make`` is called with a config whose declared fields are float32 scalar
-  arrays (the concrete configs' values, each validated when its config was made).
+  which ``make`` is called with an instance of the config's class whose declared
+  fields are float32 scalar arrays (``leaderboard.config_batches.with_arrays``:
+  the batch's values, each validated when its config was made, and not again).
   Such an agent uses them only in array arithmetic (never ``if``, ``float()``, a
   shape or another config's constructor); if it does, the batched program fails
   and its rows are failed rows that say why. An agent that declares nothing is

@@ -121,7 +121,7 @@ def compute_unit(unit: WorkUnit,
     size = max(unit.pad_to, len(unit.problems))
     try:
         made = _batch_runner(unit, build)
-    except Exception as error:  # building the agent or its programs failed: every row fails
+    except Exception as error:  # building the agent or its runner failed: every row fails
         return failed_rows(unit, f"{type(error).__name__}: {error}")
     return runner.run_batch(made, list(unit.problems), size)
 
