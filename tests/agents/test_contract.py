@@ -66,11 +66,15 @@ SMALL = {
     "mlp": mlp.MLPConfig(num_steps=20, hidden=(16,)),
     "ensemble": ensemble.EnsembleConfig(num_ensemble=3, num_steps=20, hidden=(16,)),
     "ensemble+": ensemble_plus.EnsemblePlusConfig(num_ensemble=3, num_steps=20, hidden=(16,)),
-    "hypermodel": hypermodel.HypermodelConfig(num_steps=20, num_index_samples=4, hidden=(16,)),
+    # A bootstrap: its weights are drawn per pair, which padding must not shift.
+    "hypermodel": hypermodel.HypermodelConfig(num_steps=20, num_index_samples=4, hidden=(16,),
+                                              bootstrap="exponential"),
     "epinet": epinet.EpinetConfig(num_steps=20, index_dim=3, num_index_samples=3, hidden=(16,),
                                   epinet_hidden=(8,), prior_hidden=(4,)),
     "dropout": dropout.DropoutConfig(dropout_rate=0.3, num_steps=20, hidden=(16,)),
     "bbb": bbb.BBBConfig(num_steps=20, num_samples=2, init_stddev=0.1, hidden=(16,)),
+    # T <= batch_size: the exact gradient, which padding turns into weighted rows (the
+    # minibatch case is test_sgmcmc.py's).
     "sgmcmc": sgmcmc.SGMCMCConfig(learning_rate=1e-3, num_steps=60, burn_in=20,
                                   snapshot_every=10, hidden=(16,)),
     "knn": knn.KnnConfig(num_neighbors=5, weighting="distance"),

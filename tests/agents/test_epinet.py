@@ -140,6 +140,22 @@ def test_training_is_ten_times_longer_beyond_500_points_per_dimension():
     np.testing.assert_allclose(epinet.l2_scale(0.2, 10, 2), 0.2 * 0.2 ** 0.7)
 
 
+def test_padded_training_stops_at_the_steps_of_its_own_t():
+    """T = 10 in 2-d is below the ratio, the 30 padded rows above it: the padded program
+    runs twice the steps and this problem's state stops changing after its own count
+    (train_minibatch's num_active_steps), so it is the state trained unpadded."""
+    config = dataclasses.replace(SMALL, num_steps=20, large_data_ratio=10.0,
+                                 large_data_steps_factor=2)
+    data, prior = _toy_data(num_train=10), _prior(0.1)
+    mask = np.arange(30) < 10
+    padded = base.Data(np.concatenate([data.x, np.full((20, 2), 1e3, np.float32)]),
+                       np.concatenate([data.y, np.zeros(20, np.int32)]), mask)
+    train = jax.jit(epinet.make_epinet_agent(config, SHAPES).train)
+    for a, b in zip(jax.tree.leaves(train(jax.random.key(0), padded, prior)),
+                    jax.tree.leaves(train(jax.random.key(0), data, prior))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("changes", [
     {"index_dim": 0}, {"index_dim": 2.0}, {"num_index_samples": 0},
     {"epinet_hidden": (15, 0)}, {"prior_hidden": [5]}, {"prior_scale": -0.1},

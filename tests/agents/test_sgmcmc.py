@@ -170,6 +170,30 @@ def test_minibatch_chain_is_centred_on_the_posterior_mean():
         assert 0.8 < draws[:, :, i].var() / covariance[i, i] < 1.5  # inflated a little, no more
 
 
+@pytest.mark.parametrize("batch_size", [100, 10])  # every pair (the exact gradient); minibatches
+def test_a_padded_chain_is_the_chain_of_its_pairs(batch_size):
+    """The 40 pairs among 60 rows of garbage (``Data.mask``): the same minibatch draws and
+    the same potential, so the same snapshots, up to float32 rounding (T is traced, the
+    exact potential a weighted sum over 100 rows instead of a mean over 40)."""
+    data, loss_fn, l2, *_ = _linear_regression(40, seed=2)
+    mask = np.zeros(100, bool)
+    mask[np.sort(np.random.default_rng(3).choice(100, 40, replace=False))] = True
+    x, y = np.full((100, 2), 1e3, np.float32), np.full(100, -1e3, np.float32)
+    x[mask], y[mask] = data.x, data.y
+    padded = base.Data(jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask))
+
+    @jax.jit
+    def chain(data):
+        noise_key, batch_key = jax.random.split(jax.random.key(4))
+        optimizer = optax.chain(optax.add_decayed_weights(2 * l2),
+                                sgmcmc.sgld(noise_key, 1e-2, base.num_pairs(data)))
+        return sgmcmc.run_chain(batch_key, loss_fn, jnp.zeros(2), data, optimizer,
+                                num_steps=200, burn_in=100, snapshot_every=10,
+                                batch_size=batch_size)
+
+    np.testing.assert_allclose(chain(padded), chain(data), rtol=1e-4, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def trained():
     _, data = leaderboard.load_problem(PROBLEM)
