@@ -21,6 +21,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -49,7 +50,8 @@ def _seconds(rows):
 def time_per_problem(name: str, num_train: int, count: int):
     """(cold, warm medians) of (train, eval tau=1, eval tau=100) seconds for one T."""
     spec = agents.get_agent(name)
-    rows = leaderboard.run_agent(spec.make(spec.default), _problems(num_train, count), name,
+    build = functools.partial(spec.make, spec.default)
+    rows = leaderboard.run_agent(build, _problems(num_train, count), name,
                                  problems_per_batch=1, progress=False)
     failed = [r for r in rows if r.status != "ok"]
     if failed:
@@ -64,7 +66,8 @@ def time_quick_sweep(name: str) -> float:
     spec = agents.get_agent(name)
     problems = list(leaderboard.get_sweep("quick").values())
     start = time.perf_counter()
-    rows = leaderboard.run_agent(spec.make(spec.default), problems, name, progress=False)
+    build = functools.partial(spec.make, spec.default)
+    rows = leaderboard.run_agent(build, problems, name, progress=False)
     elapsed = time.perf_counter() - start
     if any(r.status != "ok" for r in rows):
         raise RuntimeError(f"{name} failed on the quick sweep")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import time
 
@@ -80,15 +81,15 @@ def time_agent(name: str, config, num_train: int, batch: int, repeats: int,
                train_only: bool = False) -> dict:
     """Per-problem seconds of each phase for ``batch`` problems trained together."""
     spec = agents.get_agent(name)
-    agent = spec.make(config)
     problems = _problems(num_train, batch)
+    agent = spec.make(config, base.Shapes.of(problems[0]))
     loaded = [leaderboard.load_problem(p) for p in problems]
     envs = _stack([env for env, _ in loaded])
     data = _stack([d for _, d in loaded])
     t = problems[0]
     priors = base.PriorKnowledge(
-        input_dim=t.input_dim, num_classes=t.num_classes, num_train=t.num_train,
-        env_hidden=t.env_hidden, temperature=jnp.array([p.temperature for p in problems]),
+        input_dim=t.input_dim, num_classes=t.num_classes, env_hidden=t.env_hidden,
+        temperature=jnp.array([p.temperature for p in problems]),
     )
     keys = jax.random.split(jax.random.key(0), batch)
 
@@ -190,7 +191,8 @@ def main() -> None:
             for num_train in args.num_train:
                 problem = _problems(num_train, 1)
                 start = time.perf_counter()
-                rows = leaderboard.run_agent(spec.make(spec.default), problem, name,
+                build = functools.partial(spec.make, spec.default)
+                rows = leaderboard.run_agent(build, problem, name,
                                              problems_per_batch=1, progress=False)
                 wall = time.perf_counter() - start
                 print(f"run_agent {name} T={num_train}: {wall:.1f} s wall for one problem "

@@ -23,6 +23,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -46,7 +47,8 @@ def time_agent(name: str, num_train: int, count: int) -> dict[str, float]:
     spec = agents.get_agent(name)
     problems = paper_problems(num_train, count)
     start = time.perf_counter()
-    rows = leaderboard.run_agent(spec.make(spec.default), problems, name, config=spec.default,
+    build = functools.partial(spec.make, spec.default)
+    rows = leaderboard.run_agent(build, problems, name, config=spec.default,
                                  problems_per_batch=1, progress=False)
     wall = time.perf_counter() - start
     failed = [r for r in rows if r.status != "ok"]

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_testbed import gaussian_process
+from neural_testbed import base, gaussian_process
 from neural_testbed.agents import oracle_gp
 from neural_testbed.generative import gp_regression
 from neural_testbed.leaderboard import problems
@@ -91,9 +91,10 @@ def main() -> None:
     sweep = problems.get_sweep("regression")
     print(f"device: {jax.devices()[0].device_kind}; JAX {jax.__version__}; "
           f"{args.num_test} tau-samples of 100 inputs per problem")
-    agent = oracle_gp.make_oracle_gp_agent()
     for number in args.problems.split(","):
         problem = sweep[f"regression/{number}"]
+        agent = oracle_gp.make_oracle_gp_agent(oracle_gp.OracleGPConfig(),
+                                               base.Shapes.of(problem))
         start = time.perf_counter()
         instance = problem.instance()
         state = agent.train(jax.random.key(0), instance.data, instance.prior)

@@ -11,6 +11,7 @@ compilation seconds, and the process's peak RSS.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import resource
@@ -34,7 +35,8 @@ def main() -> None:
     totals, train, evals, compiling = [], [], {}, []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        rows = leaderboard.run_agent(spec.make(spec.default), problems, args.agent, progress=False)
+        build = functools.partial(spec.make, spec.default)
+        rows = leaderboard.run_agent(build, problems, args.agent, progress=False)
         totals.append(time.perf_counter() - start)
         assert all(r.status == "ok" for r in rows)
         train.append(statistics.median(r.train_seconds for r in rows if r.tau == 1))

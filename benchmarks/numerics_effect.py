@@ -53,7 +53,7 @@ def main() -> None:
     print(f"{'agent':<34}{'temp':>6}{'T':>6}{'reference':>11}{'paper':>11}"
           f"{'diff':>9}{'± se':>8}")
     for label, (name, config) in _CONFIGS.items():
-        agent = agents.get_agent(name).make(config)
+        agent = agents.get_agent(name).make(config, base.Shapes(2, 2))  # the paper's problems
         train = jax.jit(agent.train)
         evaluators = [jax.jit(evaluation.make_evaluator(agent.enn, 100, 2, numerics=numerics))
                       for numerics in ("reference", "paper")]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import time
 
 import jax
@@ -66,7 +67,8 @@ def main() -> None:
         spec = agents.get_agent(name)
         todo = [every[pid] for pid in sorted(ids, key=lambda pid: (len(pid), pid))]
         start = time.perf_counter()
-        rows = leaderboard.run_agent(spec.make(spec.default), todo, name, config=spec.default,
+        build = functools.partial(spec.make, spec.default)
+        rows = leaderboard.run_agent(build, todo, name, config=spec.default,
                                      progress=False)
         bad = [r for r in rows if r.status != "ok"]
         print(f"{name}: {len(todo)} problems, recomputed in "

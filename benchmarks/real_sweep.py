@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import resource
 import statistics
@@ -38,7 +39,7 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}; {args.agent} on {args.sweep} "
           f"({len(problems)} problems, {len({p.shape for p in problems})} shapes)")
     start = time.perf_counter()
-    rows = leaderboard.run_agent(spec.make(spec.default), problems, args.agent,
+    rows = leaderboard.run_agent(functools.partial(spec.make, spec.default), problems, args.agent,
                                  config=spec.default, progress=False)
     wall = time.perf_counter() - start
     first = [r for r in rows if r.tau == problems[0].taus[0]]  # a problem's times, once

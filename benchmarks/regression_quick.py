@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import platform
 import statistics
@@ -45,7 +46,8 @@ def main() -> None:
     for name in names:
         spec = agents.get_agent(name)
         start = time.perf_counter()
-        rows = leaderboard.run_agent(spec.make(spec.default), list(problems.values()), name,
+        build = functools.partial(spec.make, spec.default)
+        rows = leaderboard.run_agent(build, list(problems.values()), name,
                                      progress=False)
         wall = time.perf_counter() - start
         by_problem = {}

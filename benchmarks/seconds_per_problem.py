@@ -17,6 +17,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import time
@@ -33,7 +34,8 @@ def time_agent(name: str, problems) -> tuple[float, float, int]:
     spec = agents.get_agent(name)
     jax.clear_caches()  # every agent starts from nothing compiled in this process
     start = time.perf_counter()
-    rows = leaderboard.run_agent(spec.make(spec.default), problems, name, config=spec.default,
+    build = functools.partial(spec.make, spec.default)
+    rows = leaderboard.run_agent(build, problems, name, config=spec.default,
                                  progress=False)
     wall = time.perf_counter() - start
     failed = [r for r in rows if r.status != "ok"]

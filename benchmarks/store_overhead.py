@@ -11,6 +11,7 @@ in isolation. Prints medians over repeats.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import tempfile
@@ -30,8 +31,9 @@ def main() -> None:
     runner_s, sweep_s, store_s = [], [], []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        rows = leaderboard.run_agent(agents.make_mlp_agent(config), problems.values(), "mlp",
-                                     config=config, progress=False)
+        build = functools.partial(agents.make_mlp_agent, config)
+        rows = leaderboard.run_agent(build, problems.values(), "mlp", config=config,
+                                     progress=False)
         runner_s.append(time.perf_counter() - start)
         with tempfile.TemporaryDirectory() as tmp:
             with leaderboard.ResultsStore(os.path.join(tmp, "a.db")) as store:

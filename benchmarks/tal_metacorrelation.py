@@ -16,6 +16,7 @@ not applicable, a single model's, are left out).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import platform
 import time
@@ -31,11 +32,11 @@ _DEFAULT_CONFIGS = ("oracle_gp", "ensemble:num_ensemble=3", "ensemble:num_ensemb
 
 
 def _make(text: str):
-    """``agent[:key=value,...]`` -> (label, agent)."""
+    """``agent[:key=value,...]`` -> (label, shapes -> agent)."""
     name, _, overrides = text.partition(":")
     spec = agents.get_agent(name)
     config = agents.registry.parse_overrides(spec, [o for o in overrides.split(",") if o])
-    return text, spec.make(config)
+    return text, functools.partial(spec.make, config)
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from unittest import mock
 import jax
 import optax
 
-from neural_testbed import leaderboard, networks
+from neural_testbed import base, leaderboard, networks
 from neural_testbed.agents import _threefry, sgmcmc
 
 
@@ -72,7 +72,7 @@ def _chain_program(num_steps: int, fast: bool):
     patch = (mock.patch.object(_threefry, "fast_key", _threefry.fast_key) if fast
              else mock.patch.object(_threefry, "fast_key", lambda key: key))
     with patch:  # traced and compiled while the patch holds
-        compiled = jax.jit(sgmcmc.make_sgmcmc_agent(config).train).lower(
+        compiled = jax.jit(sgmcmc.make_sgmcmc_agent(config, base.Shapes.of(problem)).train).lower(
             jax.random.key(0), data, prior).compile()
     return lambda: compiled(jax.random.key(0), data, prior)
 

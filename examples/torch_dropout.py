@@ -19,7 +19,7 @@ class TorchDropoutConfig:
     weight_decay: float = 1e-3  # L2 penalty on every parameter
 
 
-def make_torch_dropout(config: TorchDropoutConfig) -> base.HostAgent:
+def make_torch_dropout(config: TorchDropoutConfig, shapes: base.Shapes) -> base.HostAgent:
     p = config.dropout_rate
 
     def forward(layers, x, masks):  # masks[i] broadcasts against layer i's output
@@ -29,9 +29,9 @@ def make_torch_dropout(config: TorchDropoutConfig) -> base.HostAgent:
 
     def train(seed, data, prior):  # NumPy data in, any Python object out
         torch.manual_seed(seed)
-        layers = torch.nn.ModuleList([torch.nn.Linear(prior.input_dim, 50),
+        layers = torch.nn.ModuleList([torch.nn.Linear(shapes.input_dim, 50),
                                       torch.nn.Linear(50, 50),
-                                      torch.nn.Linear(50, prior.num_classes)])
+                                      torch.nn.Linear(50, shapes.num_outputs)])
         optimizer = torch.optim.Adam(layers.parameters(), lr=config.learning_rate,
                                      weight_decay=config.weight_decay)
         x, y = torch.tensor(data.x), torch.tensor(data.y, dtype=torch.long)

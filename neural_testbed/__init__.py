@@ -15,7 +15,9 @@ from neural_testbed.base import (
     EpistemicSampler,
     PriorKnowledge,
     ProblemResult,
+    Shapes,
     as_sampler,
+    num_pairs,
     sampler_as_enn,
 )
 
@@ -49,6 +51,7 @@ __all__ = [
     "EpistemicSampler",
     "PriorKnowledge",
     "ProblemResult",
+    "Shapes",
     "agents",
     "as_sampler",
     "base",
@@ -56,5 +59,6 @@ __all__ = [
     "generative",
     "leaderboard",
     "likelihood",
+    "num_pairs",
     "sampler_as_enn",
 ]

@@ -5,6 +5,44 @@ pytree, and a posterior sample at inputs ``x`` is
 ``apply(state, x, sample_index(key))``. Any plain ``sampler(x, key) -> logits``
 (the reference testbed's ``EpistemicSampler``) is accepted too, see
 :func:`sampler_as_enn`, so agents from any framework can be evaluated.
+
+The agent contract, in one place (``agents.AgentSpec`` registers an agent under it;
+``tests/agents/test_contract.py`` runs every registered agent through it):
+
+- ``make(config, shapes) -> Agent | HostAgent`` builds the agent. ``config`` is an
+  instance of the agent's frozen config dataclass, validated when it was made;
+  ``shapes`` (:class:`Shapes`) is the problem's input dimension and number of
+  outputs (K class logits, or 1 value on regression): the networks are built from
+  it, never read off the data or off weight shapes.
+- ``Agent.train(key, data, prior) -> state``: ``data`` (:class:`Data`) holds plain
+  arrays ``x [rows, input_dim]``, ``y [rows]`` and ``mask``; ``prior`` is the
+  problem's frozen prior knowledge (:class:`PriorKnowledge`, or
+  :class:`RegressionPriorKnowledge`), whose only leaf is the temperature (the noise
+  variance); ``state`` is any pytree. It is pure and jittable: the runner ``vmap``-s
+  it over problems of one shape.
+- ``ENN.apply(state, x [n, input_dim], index) -> [n, shapes.num_outputs]`` float32,
+  pure and jittable; ``ENN.sample_index(key) -> index`` draws from the belief.
+- Padding is data. ``Data.mask`` marks the rows that are training pairs; T is
+  :func:`num_pairs`. Only an agent built with ``Agent(..., accepts_padding=True)`` is
+  ever given a mask: it must then ignore the other rows (they may hold anything)
+  and give the predictions it gives on the pairs alone. The runner then trains
+  problems of every T of a sweep with one program (each padded to the largest T).
+  The shared training helpers honour the mask (``agents.training.train_minibatch``,
+  ``agents.sgmcmc.run_chain``). Any other agent gets exactly its T pairs
+  (``mask=None``, and :func:`num_pairs` is a Python int): one whose shapes depend
+  on T, or that cannot honour a mask.
+- Config batching is declared. ``AgentSpec(..., batchable=(names))`` lists float
+  fields of the config that may be arrays: configs that differ only in those
+  fields are trained and evaluated in one program, ``vmap``-ped over configs, in
+  which ``make`` is called with an instance of the config's class whose declared
+  fields are float32 scalar arrays (``leaderboard.config_batches.with_arrays``:
+  the batch's values, each validated when its config was made, and not again).
+  Such an agent uses them only in array arithmetic (never ``if``, ``float()``, a
+  shape or another config's constructor); if it does, the batched program fails
+  and its rows are failed rows that say why. An agent that declares nothing is
+  run one config at a time.
+- ``HostAgent``: training in ordinary Python, on NumPy data of the problem's own T
+  rows (never padded), and ``sample`` for many networks at once.
 """
 
 from __future__ import annotations
@@ -18,10 +56,12 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 import flax.struct
 import jax
+import jax.numpy as jnp
 
 __all__ = [
     "ENN",
     "Agent",
+    "AgentBuilder",
     "Data",
     "HostAgent",
     "EpistemicSampler",
@@ -32,12 +72,14 @@ __all__ = [
     "ProblemKeys",
     "ProblemResult",
     "RegressionPriorKnowledge",
+    "Shapes",
     "Target",
     "TestSamples",
     "as_sampler",
     "build_instance",
     "definition_hash",
     "definition_seed",
+    "num_pairs",
     "ood_key",
     "problem_keys",
     "sampler_as_enn",
@@ -45,32 +87,68 @@ __all__ = [
 
 
 class Data(NamedTuple):
-    """Labelled inputs."""
+    """Labelled inputs, and which rows of them are training pairs.
 
-    x: jax.Array  # [num_data, input_dim] float32
-    y: jax.Array  # [num_data] int32 class labels, or float32 targets for regression
+    ``mask`` is None when every row is a pair. Otherwise the rows where it is False
+    are padding, which may hold anything: only an agent that ``accepts_padding`` is
+    given such data (see :class:`Agent`).
+    """
+
+    x: jax.Array  # [rows, input_dim] float32
+    y: jax.Array  # [rows] int32 class labels, or float32 targets for regression
+    mask: jax.Array | None = None  # [rows] bool, True where the row is a pair; None: all are
+
+
+def num_pairs(data: Data) -> int | jax.Array:
+    """T, the number of training pairs in ``data``: its rows (a Python int) without a
+    mask, else the mask's count (an int32 scalar, traced under ``jit``)."""
+    return data.x.shape[0] if data.mask is None else jnp.sum(data.mask, dtype=jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """What an agent is built for (``make(config, shapes)``): the problem's shapes.
+
+    Every problem of one shape has these, whatever its T and temperature, so one
+    agent serves them all and the runner trains them together.
+    """
+
+    input_dim: int  # d: inputs are [n, input_dim]
+    num_outputs: int  # K class logits, or 1 real value per input on regression
+
+    def __post_init__(self):
+        for name in ("input_dim", "num_outputs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Shapes.{name} must be an integer >= 1, got {value!r}")
+
+    @classmethod
+    def of(cls, problem: "Problem") -> "Shapes":
+        """The shapes of ``problem``'s inputs and of an agent's outputs on it."""
+        outputs = 1 if problem.target == "regression" else problem.num_classes
+        return cls(input_dim=problem.input_dim, num_outputs=outputs)
 
 
 @flax.struct.dataclass
 class PriorKnowledge:
-    """What an agent is told about a problem before training.
+    """What an agent is told about a problem before training, beside its data.
 
     A pytree whose only leaf is ``temperature``, so that problems of the same
     shape but different temperatures can be trained together under ``vmap``.
-    The tau of the evaluation is not included: one trained agent is evaluated
-    at every tau of the problem.
+    T is the data's (:func:`num_pairs`), not a field here: problems of every T
+    share one prior when they are trained padded. The tau of the evaluation is
+    not included: one trained agent is evaluated at every tau of the problem.
     """
 
     input_dim: int = flax.struct.field(pytree_node=False)
     num_classes: int = flax.struct.field(pytree_node=False)
-    num_train: int = flax.struct.field(pytree_node=False)  # T
     env_hidden: tuple[int, ...] = flax.struct.field(pytree_node=False)  # environment MLP widths
     temperature: Any  # float or float32 scalar array
 
 
 @flax.struct.dataclass
 class RegressionPriorKnowledge:
-    """What an agent is told about a regression problem before training.
+    """What an agent is told about a regression problem before training, beside its data.
 
     The targets are ``y = f(x) + noise`` with Gaussian noise of the known
     ``noise_variance`` (the only leaf, so that problems of one shape but
@@ -79,7 +157,6 @@ class RegressionPriorKnowledge:
     """
 
     input_dim: int = flax.struct.field(pytree_node=False)
-    num_train: int = flax.struct.field(pytree_node=False)  # T
     kernel: str = flax.struct.field(pytree_node=False)  # e.g. "relu_nngp"
     noise_variance: Any  # float or float32 scalar array
 
@@ -93,8 +170,8 @@ class ENN(NamedTuple):
     """The sampling side of an agent.
 
     Attributes:
-      apply: ``(state, x [n, input_dim], index) -> logits [n, num_classes]``.
-        Pure and jittable.
+      apply: ``(state, x [n, input_dim], index) -> [n, num_outputs]`` float32 logits
+        (one value per input on regression). Pure and jittable.
       sample_index: ``key -> index``, a draw from the agent's belief.
       num_indices: ``None`` for a continuous index; ``n`` when every index is
         an integer in ``[0, n)`` (an ensemble, SG-MCMC snapshots). Then the
@@ -108,18 +185,16 @@ class ENN(NamedTuple):
 
 
 class Agent(NamedTuple):
-    """An agent: a pure training function plus its ENN.
+    """An agent: a pure training function plus its ENN (the contract: module docstring).
 
     Attributes:
       train: ``(key, data, prior) -> state``. Pure and jittable, so that the
         runner can ``vmap`` it over problems of the same shape.
       enn: how to draw posterior samples from the trained state.
-      accepts_padding: ``True`` if ``train`` also accepts a training set padded
-        with rows it must ignore: ``data`` then has more rows than
-        ``prior.num_train``, which is a traced int32 scalar, and only the
-        first ``prior.num_train`` rows are training pairs (draw minibatches
-        from them, divide by it). The runner then trains the problems of
-        every T of a sweep with one compiled program instead of one per T.
+      accepts_padding: the agent's declaration that ``train`` honours ``data.mask``:
+        given rows beyond the pairs, with any values, it predicts as it does on the
+        pairs alone. Only then is it given padded data (the runner's one program
+        for every T of a sweep); otherwise its data never has a mask.
     """
 
     train: Callable[[jax.Array, Data, PriorKnowledge], State]
@@ -136,7 +211,7 @@ class HostAgent(NamedTuple):
 
     Attributes:
       train: ``(seed: int, data: Data of NumPy arrays, prior) -> state``, any
-        Python object.
+        Python object; the data are the problem's own T pairs (never padded).
       sample: ``(state, x [networks, n, d], indices [networks]) -> logits
         [networks, n, K]``, NumPy arrays: network ``i`` is the one of index
         ``indices[i]`` (a uint32 seed, or a member id) applied to ``x[i]``.
@@ -148,6 +223,12 @@ class HostAgent(NamedTuple):
     train: Callable[[int, Data, PriorKnowledge], Any]
     sample: Callable[[Any, Any, Any], Any]
     num_indices: int | None = None
+
+
+# ``shapes -> agent``: a config's ``make`` with the config given, e.g.
+# ``functools.partial(spec.make, config)``. What runs an agent over problems takes one,
+# and builds the agent once per shape of its problems.
+AgentBuilder = Callable[[Shapes], "Agent | HostAgent"]
 
 
 def sampler_as_enn(sampler: EpistemicSampler) -> ENN:
@@ -251,8 +332,9 @@ class Problem(Protocol):
         training sets nest: at T, a problem's pairs are the first T that the same
         problem would draw at any larger T. A template with the group's largest
         T (``dataclasses.replace(problem, num_train=largest)``) then builds every
-        problem's training set, padded, so an agent that ``accepts_padding``
-        compiles once for the whole group. ``None``: the family cannot pad.
+        problem's training set, padded (``Data.mask`` marks its own T rows), so an
+        agent that ``accepts_padding`` compiles once for the whole group. ``None``:
+        the family cannot pad.
         """
         ...
 

@@ -213,11 +213,10 @@ def _draw(problem: base.Problem, agent_seed: int) -> _Problem:
                     jax.random.fold_in(keys.agent, agent_seed), random_key, belief_key)
 
 
-def _with_queries(drawn: _Problem, queried: np.ndarray) -> tuple[base.Data, object]:
-    """The training set and prior knowledge after querying candidates ``queried``."""
-    data = base.Data(jnp.concatenate([drawn.data.x, drawn.candidates_x[queried]]),
+def _with_queries(drawn: _Problem, queried: np.ndarray) -> base.Data:
+    """The training set after querying candidates ``queried``."""
+    return base.Data(jnp.concatenate([drawn.data.x, drawn.candidates_x[queried]]),
                      jnp.concatenate([drawn.data.y, drawn.candidate_y[queried]]))
-    return data, drawn.prior.replace(num_train=int(data.x.shape[0]))
 
 
 def _run_problem(problem, drawn: _Problem, train, covariance, settings: TALSettings,
@@ -228,15 +227,15 @@ def _run_problem(problem, drawn: _Problem, train, covariance, settings: TALSetti
     kernel = drawn.prior.kernel
 
     def score(queried):
-        data, _ = _with_queries(drawn, queried)
+        data = _with_queries(drawn, queried)
         return float(prediction_log_likelihood(kernel, data, noise_variance, drawn.target_x,
                                                drawn.target_y))
 
     def selection_covariance(round_index, queried):
-        data, prior = _with_queries(drawn, queried)
+        data = _with_queries(drawn, queried)
         key = drawn.agent_key if round_index == 0 else jax.random.fold_in(drawn.agent_key,
                                                                           round_index)
-        state = train(key, data, prior)
+        state = train(key, data, drawn.prior)
         return covariance(jax.random.fold_in(drawn.belief_key, round_index), state,
                           drawn.inputs)
 
@@ -274,38 +273,49 @@ def _run_problem(problem, drawn: _Problem, train, covariance, settings: TALSetti
                      log_likelihood, selected, metacorrelation, time.perf_counter() - start)
 
 
-def iter_tal(agent: base.Agent, problems: Sequence[base.Problem],
+def iter_tal(build: base.AgentBuilder, problems: Sequence[base.Problem],
              settings: TALSettings = TALSettings(),
              progress: bool = False) -> Iterator[TALResult]:
     """As :func:`run_tal`, yielding each problem's result as soon as it is done (so a
-    caller can store it before the next problem starts). Checks the agent and the
-    problems before returning."""
-    if not isinstance(agent, base.Agent):
-        raise TypeError(f"tal needs a JAX agent (base.Agent), got {type(agent).__name__}")
+    caller can store it before the next problem starts). Builds and checks the agent of
+    each problem shape, and checks the problems, before returning."""
+    problems = list(problems)
+    agents = {}  # shapes -> agent
+    for problem in problems:
+        shapes = base.Shapes.of(problem)
+        if shapes not in agents:
+            agents[shapes] = build(shapes)
+            if not isinstance(agents[shapes], base.Agent):
+                raise TypeError(f"tal needs a JAX agent (base.Agent), got "
+                                f"{type(agents[shapes]).__name__}")
     check_problems(problems, settings)
-    return _results(agent, list(problems), settings, progress)
+    return _results(agents, problems, settings, progress)
 
 
-def _results(agent: base.Agent, problems: Sequence[base.Problem], settings: TALSettings,
-             progress: bool) -> Iterator[TALResult]:
-    train = jax.jit(agent.train)
-    covariance = _covariance_program(agent.enn, settings.num_samples)
+def _results(agents: dict[base.Shapes, base.Agent], problems: Sequence[base.Problem],
+             settings: TALSettings, progress: bool) -> Iterator[TALResult]:
+    programs = {shapes: (jax.jit(agent.train),
+                         _covariance_program(agent.enn, settings.num_samples))
+                for shapes, agent in agents.items()}
     total = len(problems) * len(settings.methods) * settings.num_rounds
     with tqdm(total=total, unit="round", disable=not progress or total == 0, file=sys.stderr,
               desc="tal", dynamic_ncols=True) as bar:
         for problem in problems:
             bar.set_postfix_str(problem.problem_id)
             drawn = _draw(problem, settings.agent_seed)
+            train, covariance = programs[base.Shapes.of(problem)]
             yield _run_problem(problem, drawn, train, covariance, settings,
                                lambda: bar.update(1))
 
 
-def run_tal(agent: base.Agent, problems: Sequence[base.Problem],
+def run_tal(build: base.AgentBuilder, problems: Sequence[base.Problem],
             settings: TALSettings = TALSettings(), progress: bool = False) -> list[TALResult]:
-    """TAL with ``agent`` as the selection model on each problem, one after another.
+    """TAL with the agent of ``build`` as the selection model on each problem, one after
+    another.
 
     Args:
-      agent: a JAX agent whose ENN gives one value per input (a regression agent).
+      build: ``shapes -> agent``: a JAX agent whose ENN gives one value per input (a
+        regression agent), built for each problem shape.
       problems: regression problems with pool inputs after their probes.
       settings: rounds, batch size, belief samples, methods, agent seed.
       progress: show a progress bar (problems x methods x rounds) on stderr.
@@ -315,10 +325,11 @@ def run_tal(agent: base.Agent, problems: Sequence[base.Problem],
 
     Example:
       >>> problems = list(leaderboard.get_sweep("regression-wang").values())[10:13]
-      >>> results = run_tal(agents.make_oracle_gp_agent(), problems, TALSettings(num_rounds=3))
+      >>> build = functools.partial(agents.make_oracle_gp_agent, agents.OracleGPConfig())
+      >>> results = run_tal(build, problems, TALSettings(num_rounds=3))
       >>> summarise(results)[-1]["batchmig"]  # mean test log-likelihood after 21 queries
     """
-    return list(iter_tal(agent, problems, settings, progress))
+    return list(iter_tal(build, problems, settings, progress))
 
 
 def _mean_and_stderr(values: np.ndarray) -> tuple[float, float]:

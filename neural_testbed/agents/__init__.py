@@ -25,7 +25,7 @@ from neural_testbed.agents.hypermodel import (
 from neural_testbed.agents.knn import KnnConfig, knn_sweep, make_knn_agent
 from neural_testbed.agents.laplace import LaplaceConfig, laplace_sweep, make_laplace_agent
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
-from neural_testbed.agents.oracle_gp import make_oracle_gp_agent
+from neural_testbed.agents.oracle_gp import OracleGPConfig, make_oracle_gp_agent, oracle_gp_sweep
 from neural_testbed.agents.random_forest import (
     RandomForestConfig,
     make_random_forest_agent,
@@ -56,6 +56,7 @@ __all__ = [
     "KnnConfig",
     "LaplaceConfig",
     "MLPConfig",
+    "OracleGPConfig",
     "RandomForestConfig",
     "SGMCMCConfig",
     "bbb_sweep",
@@ -87,6 +88,7 @@ __all__ = [
     "make_random_forest_agent",
     "make_sgmcmc_agent",
     "mlp_sweep",
+    "oracle_gp_sweep",
     "parse_overrides",
     "random_forest_sweep",
     "register",

@@ -152,10 +152,12 @@ def _scale_mixture_log_prob(x, sigma_1: float, sigma_2: float, pi: float) -> jax
     """
     log_norm = -0.5 * math.log(2 * math.pi)
     weights = jnp.array([pi, 1.0 - pi])
+    # jnp.log: the stddevs are arrays when configs are batched (AgentSpec.batchable).
+    log_sigma_1, log_sigma_2 = jnp.log(sigma_1), jnp.log(sigma_2)
 
     def leaf(x):
-        log_n1 = log_norm - math.log(sigma_1) - 0.5 * (x / sigma_1) ** 2
-        log_n2 = log_norm - math.log(sigma_2) - 0.5 * (x / sigma_2) ** 2
+        log_n1 = log_norm - log_sigma_1 - 0.5 * (x / sigma_1) ** 2
+        log_n2 = log_norm - log_sigma_2 - 0.5 * (x / sigma_2) ** 2
         both = jnp.stack([log_n1, log_n2], axis=-1)  # [..., 2]
         return jnp.sum(jax.nn.logsumexp(both, axis=-1, b=weights))
 
@@ -180,11 +182,12 @@ def _inverse_softplus(y: float) -> float:
     return math.log(math.expm1(y))
 
 
-def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
+def make_bbb_agent(config: BBBConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the Bayes-by-backprop agent.
 
     Example:
-      >>> agent = make_bbb_agent(BBBConfig(weight_prior="scale_mixture", sigma_1=1.0, sigma_2=0.25))
+      >>> config = BBBConfig(weight_prior="scale_mixture", sigma_1=1.0, sigma_2=0.25)
+      >>> agent = make_bbb_agent(config, base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(jax.random.key(1)))
 
@@ -196,10 +199,10 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
               prior: base.PriorKnowledge | base.RegressionPriorKnowledge) -> Posterior:
         init_key, train_key = jax.random.split(key)
         mean = networks.init_mlp(
-            init_key, prior.input_dim, (*config.hidden, training.output_size(prior)))
+            init_key, shapes.input_dim, (*config.hidden, shapes.num_outputs))
         rho0 = _inverse_softplus(config.init_stddev)
         posterior = Posterior(mean, jax.tree.map(lambda m: jnp.full_like(m, rho0), mean))
-        kl_weight = 1.0 / prior.num_train
+        kl_weight = 1.0 / base.num_pairs(data)
         if config.adaptive_weight_scale:
             kl_weight = kl_weight * prior.input_dim * jnp.sqrt(training.temperature(prior))
 
@@ -227,8 +230,7 @@ def make_bbb_agent(config: BBBConfig = BBBConfig()) -> base.Agent:
 
         posterior, _ = training.train_minibatch(
             train_key, loss_fn, posterior, data, optax.adam(config.learning_rate),
-            config.num_steps, config.batch_size, prior.num_train,
-        )
+            config.num_steps, config.batch_size)
         return posterior
 
     def apply(posterior: Posterior, x, index):

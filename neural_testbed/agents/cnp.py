@@ -18,10 +18,12 @@ and two MLP passes over C + num_targets inputs per function) where T is large;
 above it (T > 200 by default) the CNP is conditioned on more pairs than it was
 trained on, which is untested.
 
-Meta-training depends on the key and the prior only, never on the training
-pairs: those are the context the trained state holds. Training again under the
-same key and prior with more pairs is exactly conditioning the same CNP on
-more points.
+Meta-training depends on the key, the prior and T only, never on the training
+pairs themselves: those are the context the trained state holds. Training again
+under the same key and prior with other pairs of the same T is exactly
+conditioning the same CNP on them (with more pairs too, while ``2 T`` stays at
+most ``largest_context_at_least``). Its context sizes depend on T, so it is
+never padded (``accepts_padding`` is off: the runner gives it its T pairs).
 
 What the variance means: the decoder's variance is that of ``f(x*)``, not of
 ``y``; the likelihood it is trained with adds the known noise variance, as
@@ -154,11 +156,11 @@ def _sample_tasks(key: jax.Array, prior: base.RegressionPriorKnowledge, num_func
     return x, y, weights
 
 
-def make_cnp_agent(config: CNPConfig = CNPConfig()) -> base.Agent:
+def make_cnp_agent(config: CNPConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the cnp agent; its belief index is a PRNG key (independent draws per input).
 
     Example:
-      >>> agent = make_cnp_agent(CNPConfig(num_steps=500))
+      >>> agent = make_cnp_agent(CNPConfig(num_steps=500), base.Shapes(1, 1))
       >>> state = agent.train(jax.random.key(0), data, prior)  # meta-trains, then holds data
       >>> mean, variance = predict(state, x)
     """
@@ -166,7 +168,7 @@ def make_cnp_agent(config: CNPConfig = CNPConfig()) -> base.Agent:
 
     def train(key: jax.Array, data: base.Data, prior: base.RegressionPriorKnowledge):
         init_key, train_key = jax.random.split(key)
-        largest = max_context(config, prior.num_train)
+        largest = max_context(config, base.num_pairs(data))  # a Python int: never padded
         num_points = largest + config.num_targets
 
         def loss(params, tasks):
@@ -183,7 +185,7 @@ def make_cnp_agent(config: CNPConfig = CNPConfig()) -> base.Agent:
             updates, opt_state = optimizer.update(grads, opt_state)
             return (optax.apply_updates(params, updates), opt_state), None
 
-        params = init_cnp(init_key, prior.input_dim, config)
+        params = init_cnp(init_key, shapes.input_dim, config)
         (params, _), _ = jax.lax.scan(step, (params, optimizer.init(params)),
                                       jax.random.split(train_key, config.num_steps))
         return CNPState(params, data)

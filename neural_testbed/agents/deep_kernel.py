@@ -158,11 +158,11 @@ def posterior_logits(
     return mu + blocks @ zeta.reshape(m * num_classes)
 
 
-def make_deep_kernel_agent(config: DeepKernelConfig = DeepKernelConfig()) -> base.Agent:
+def make_deep_kernel_agent(config: DeepKernelConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the deep_kernel agent.
 
     Example:
-      >>> agent = make_deep_kernel_agent(DeepKernelConfig(sigma_squared=0.1))
+      >>> agent = make_deep_kernel_agent(DeepKernelConfig(sigma_squared=0.1), base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))  # [n, K]
     """
@@ -171,10 +171,10 @@ def make_deep_kernel_agent(config: DeepKernelConfig = DeepKernelConfig()) -> bas
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> DeepKernelState:
         init_key, train_key = jax.random.split(key)
         params = networks.init_mlp(
-            init_key, prior.input_dim, (*config.hidden, prior.num_classes)
+            init_key, shapes.input_dim, (*config.hidden, shapes.num_outputs)
         )
         scale = training.weight_decay_scale(
-            config.l2_weight_decay, prior, config.adaptive_weight_scale
+            config.l2_weight_decay, base.num_pairs(data), prior, config.adaptive_weight_scale
         )
         optimizer = training.adam_with_l2(config.learning_rate, scale)
 
@@ -184,13 +184,12 @@ def make_deep_kernel_agent(config: DeepKernelConfig = DeepKernelConfig()) -> bas
             return optax.softmax_cross_entropy_with_integer_labels(logits, batch.y).mean()
 
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size,
-            prior.num_train,
-        )
-        # The posterior over the last layer, from every training input; rows beyond
-        # prior.num_train (padding) are zeroed, which adds nothing to Phi^T Phi.
+            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size)
+        # The posterior over the last layer, from every training input; padding rows
+        # (Data.mask) are zeroed, which adds nothing to Phi^T Phi.
         phi, _ = features_and_logits(params, data.x, norm)  # [T, m]
-        phi = jnp.where((jnp.arange(phi.shape[0]) < prior.num_train)[:, None], phi, 0.0)
+        if data.mask is not None:
+            phi = jnp.where(data.mask[:, None], phi, 0.0)
         sigma_squared = config.sigma_squared
         if config.temperature_scaled_sigma:
             sigma_squared = sigma_squared * prior.temperature
@@ -201,10 +200,8 @@ def make_deep_kernel_agent(config: DeepKernelConfig = DeepKernelConfig()) -> bas
         return DeepKernelState(params=params, sample_matrix=sigma * inverse.T)
 
     def apply(state: DeepKernelState, x: jax.Array, index: jax.Array) -> jax.Array:
-        m = state.sample_matrix.shape[-1]
-        num_classes = state.params[-1]["b"].shape[-1]
         # fast_key: the same zeta, drawn ~3x faster on CPU (the evaluator draws 10^6).
-        zeta = jax.random.normal(_threefry.fast_key(index), (m, num_classes))
+        zeta = jax.random.normal(_threefry.fast_key(index), (config.hidden[-1], shapes.num_outputs))
         return posterior_logits(state, x, zeta, norm)
 
     def sample_index(key: jax.Array) -> jax.Array:

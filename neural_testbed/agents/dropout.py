@@ -122,22 +122,23 @@ def _apply_with_masks(
 
 
 def _weight_decay(
-    config: DropoutConfig, prior: base.PriorKnowledge | base.RegressionPriorKnowledge
+    config: DropoutConfig, num_train: int | jax.Array,
+    prior: base.PriorKnowledge | base.RegressionPriorKnowledge,
 ) -> jax.Array:
     """The L2 scale s (loss += s |params|^2): Gal's ``l^2 (1 - p) / (2 T)``, or
     ``l * d * sqrt(temperature) / T`` when ``adaptive_weight_scale`` (``l * d / T``
     on regression)."""
     if config.adaptive_weight_scale:
-        return training.weight_decay_scale(config.length_scale, prior, True)
+        return training.weight_decay_scale(config.length_scale, num_train, prior, True)
     gal = config.length_scale**2 * (1.0 - config.dropout_rate) / 2.0
-    return training.weight_decay_scale(gal, prior, False)
+    return training.weight_decay_scale(gal, num_train, prior, False)
 
 
-def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
+def make_dropout_agent(config: DropoutConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the MC dropout agent.
 
     Example:
-      >>> agent = make_dropout_agent(DropoutConfig(dropout_rate=0.2))
+      >>> agent = make_dropout_agent(DropoutConfig(dropout_rate=0.2), base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(jax.random.key(1)))
 
@@ -153,10 +154,10 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
         init_key, train_key = jax.random.split(key)
         # A nonzero first-layer bias, like the reference's dropout network.
         params = networks.init_mlp(
-            init_key, prior.input_dim, (*config.hidden, training.output_size(prior)),
-            first_bias_stddev=1.0 / prior.input_dim**0.5,
+            init_key, shapes.input_dim, (*config.hidden, shapes.num_outputs),
+            first_bias_stddev=1.0 / shapes.input_dim**0.5,
         )
-        scale = _weight_decay(config, prior)
+        scale = _weight_decay(config, base.num_pairs(data), prior)
         optimizer = training.adam_with_l2(config.learning_rate, scale)
 
         def loss_fn(key, params, batch):
@@ -165,9 +166,7 @@ def make_dropout_agent(config: DropoutConfig = DropoutConfig()) -> base.Agent:
             return training.data_loss(outputs, batch.y, prior).mean()
 
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size,
-            prior.num_train,
-        )
+            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size)
         return params
 
     def apply(params, x, index):

@@ -54,7 +54,7 @@ class EnsembleState(NamedTuple):
     params: networks.MLPParams  # every leaf has a leading [num_ensemble] axis
 
 
-def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent:
+def make_ensemble_agent(config: EnsembleConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the ensemble agent.
 
     The loss is the mean over members and minibatch points of the softmax
@@ -64,7 +64,7 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
     member once.
 
     Example:
-      >>> agent = make_ensemble_agent(EnsembleConfig(num_ensemble=10))
+      >>> agent = make_ensemble_agent(EnsembleConfig(num_ensemble=10), base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))  # one member
     """
@@ -72,11 +72,12 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> EnsembleState:
         keys = ensembling.split_keys(key)
         params = ensembling.init_members(
-            keys.init, config.num_ensemble, prior.input_dim,
-            (*config.hidden, training.output_size(prior))
+            keys.init, config.num_ensemble, shapes.input_dim,
+            (*config.hidden, shapes.num_outputs)
         )
         scale = training.weight_decay_scale(
-            config.l2_weight_decay, prior, config.adaptive_weight_scale, config.num_ensemble
+            config.l2_weight_decay, base.num_pairs(data), prior, config.adaptive_weight_scale,
+            config.num_ensemble
         )
         optimizer = training.adam_with_l2(config.learning_rate, scale)
 
@@ -86,9 +87,7 @@ def make_ensemble_agent(config: EnsembleConfig = EnsembleConfig()) -> base.Agent
             return training.data_loss(logits, batch.y, prior).mean()
 
         params, _ = training.train_minibatch(
-            keys.train, loss_fn, params, data, optimizer, config.num_steps, config.batch_size,
-            prior.num_train,
-        )
+            keys.train, loss_fn, params, data, optimizer, config.num_steps, config.batch_size)
         return EnsembleState(params=params)
 
     def apply(state: EnsembleState, x: jax.Array, index: jax.Array) -> jax.Array:

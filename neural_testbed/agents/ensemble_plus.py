@@ -274,6 +274,7 @@ class EnsemblePlusState(NamedTuple):
 def _draw_priors(
     key: jax.Array,
     config: EnsemblePlusConfig,
+    shapes: base.Shapes,
     prior: base.PriorKnowledge | base.RegressionPriorKnowledge,
     x: jax.Array,
 ) -> tuple[networks.MLPParams, networks.MLPParams | None]:
@@ -283,7 +284,7 @@ def _draw_priors(
       The priors' parameters, leading ``[num_ensemble]`` axis, and the encoder
       whose output they read (None: they read x).
     """
-    members, d, k = config.num_ensemble, prior.input_dim, training.output_size(prior)
+    members, d, k = config.num_ensemble, shapes.input_dim, shapes.num_outputs
     if config.prior_function == "environment" and training.is_regression(prior):
         if prior.kernel != "relu_nngp":
             raise ValueError(f"ensemble+ prior_function='environment' draws networks of the "
@@ -308,7 +309,7 @@ def _prior_inputs(encoder: networks.MLPParams | None, x: jax.Array) -> jax.Array
     return x if encoder is None else networks.apply_mlp(encoder, x)
 
 
-def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) -> base.Agent:
+def make_ensemble_plus_agent(config: EnsemblePlusConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the ensemble+ agent.
 
     Member ``m`` outputs ``f_m(x) + s * p_m(x)``: ``f_m`` an MLP of widths
@@ -321,7 +322,7 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
     plus the ensemble agent's weight decay (on ``f`` only).
 
     Example:
-      >>> agent = make_ensemble_plus_agent(EnsemblePlusConfig(num_ensemble=10))
+      >>> agent = make_ensemble_plus_agent(EnsemblePlusConfig(num_ensemble=10), base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))  # one member
     """
@@ -333,12 +334,12 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
         if training.is_regression(prior):
             check_target(config, "regression")
         keys = ensembling.split_keys(key)
-        num_rows = data.x.shape[0]  # T, or more when padded (prior.num_train says T)
+        num_rows = data.x.shape[0]  # T, or more when padded (data.mask says which)
         params = init_trained_members(
-            keys.init, config.num_ensemble, prior.input_dim,
-            (*config.hidden, training.output_size(prior)),
+            keys.init, config.num_ensemble, shapes.input_dim,
+            (*config.hidden, shapes.num_outputs),
         )
-        prior_params, encoder = _draw_priors(keys.prior, config, prior, data.x)
+        prior_params, encoder = _draw_priors(keys.prior, config, shapes, prior, data.x)
         scale = ensembling.prior_function_scale(
             config.prior_scale, training.temperature(prior), config.temperature_scaling
         )
@@ -350,7 +351,8 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
             keys.bootstrap, config.bootstrap, config.num_ensemble, num_rows
         )  # [num_ensemble, T] (padding is accepted only without bootstrap draws)
         decay = training.weight_decay_scale(
-            config.l2_weight_decay, prior, config.adaptive_weight_scale, config.num_ensemble
+            config.l2_weight_decay, base.num_pairs(data), prior, config.adaptive_weight_scale,
+            config.num_ensemble
         )
         optimizer = training.adam_with_l2(config.learning_rate, decay)
 
@@ -363,11 +365,9 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig = EnsemblePlusConfig()) 
 
         # Minibatches are drawn over point ids, so that the loss can look up each
         # drawn point's prior logits and bootstrap weights (same draws as ensemble).
-        point_ids = base.Data(x=jnp.arange(num_rows), y=data.y)
+        point_ids = base.Data(x=jnp.arange(num_rows), y=data.y, mask=data.mask)
         params, _ = training.train_minibatch(
-            keys.train, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size,
-            prior.num_train,
-        )
+            keys.train, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size)
         return EnsemblePlusState(
             params=params, prior_params=prior_params, prior_scale=scale, encoder=encoder
         )

@@ -177,7 +177,7 @@ def _member_outputs(prior_members: networks.MLPParams, x: jax.Array) -> jax.Arra
     return ensembling.apply_members(prior_members, x)
 
 
-def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
+def make_epinet_agent(config: EpinetConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the epinet agent.
 
     Index ``z`` gives ``mu(x) + A(z, phi(x)) z + s * sum_i z_i g_i(x)``, where
@@ -189,7 +189,7 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
     change the base.
 
     Example:
-      >>> agent = make_epinet_agent(EpinetConfig(index_dim=4))
+      >>> agent = make_epinet_agent(EpinetConfig(index_dim=4), base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))
     """
@@ -207,9 +207,8 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
     def train(key: jax.Array, data: base.Data,
               prior: base.PriorKnowledge | base.RegressionPriorKnowledge) -> EpinetState:
         base_key, epinet_key, members_key, prior_epinet_key, train_key = jax.random.split(key, 5)
-        num_train = prior.num_train  # T: a traced scalar when the training set is padded
-        input_dim = data.x.shape[1]
-        num_classes = training.output_size(prior)  # K; 1 on regression
+        num_train = base.num_pairs(data)  # T: a traced scalar when the training set is padded
+        input_dim, num_classes = shapes.input_dim, shapes.num_outputs  # K; 1 on regression
         feature_dim = input_dim + config.hidden[-1]
         params = _Trained(
             base=networks.init_mlp(base_key, input_dim, (*config.hidden, num_classes)),
@@ -243,12 +242,11 @@ def make_epinet_agent(config: EpinetConfig = EpinetConfig()) -> base.Agent:
         # whose own T asks for fewer stops updating after its own count.
         steps = num_train_steps(config, data.x.shape[0], input_dim)
         active = None
-        if not isinstance(num_train, int) and steps != config.num_steps:
+        if data.mask is not None and steps != config.num_steps:
             active = jnp.where(num_train / input_dim > config.large_data_ratio, steps,
                                config.num_steps)
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, data, optimizer, steps, config.batch_size, num_train,
-            active)
+            train_key, loss_fn, params, data, optimizer, steps, config.batch_size, active)
         return fixed._replace(base=params.base, epinet=params.epinet)
 
     def apply(state: EpinetState, x: jax.Array, z: jax.Array) -> jax.Array:

@@ -108,14 +108,17 @@ def posterior(state: GPState, x: jax.Array) -> tuple[jax.Array, jax.Array]:
                                          state.posterior, x)
 
 
-def make_gp_agent(config: GPConfig = GPConfig()) -> base.Agent:
+def make_gp_agent(config: GPConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the gp agent; its belief index is a PRNG key (one joint draw per call).
 
+    It conditions on every row of its data, so it does not accept padding.
+
     Example:
-      >>> agent = make_gp_agent(GPConfig(kernel="rbf"))
+      >>> agent = make_gp_agent(GPConfig(kernel="rbf"), base.Shapes(1, 1))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> f = agent.enn.apply(state, x, agent.enn.sample_index(key))  # [n, 1]
     """
+    del shapes  # one value per input at any input dimension
     _, names = _KERNELS[config.kernel]
     optimizer = optax.adam(config.learning_rate)
 

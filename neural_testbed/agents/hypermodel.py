@@ -226,7 +226,7 @@ def bootstrap_weight_fn(
     return weights
 
 
-def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base.Agent:
+def make_hypermodel_agent(config: HypermodelConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the hypermodel agent.
 
     Index ``z`` gives ``f(x; a z + b) + s * f_prior(x; a' z)``, where ``a, b``
@@ -239,7 +239,7 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
     ``a, b`` (times ``d * sqrt(temperature)`` if adaptive).
 
     Example:
-      >>> agent = make_hypermodel_agent(HypermodelConfig(index_dim=3))
+      >>> agent = make_hypermodel_agent(HypermodelConfig(index_dim=3), base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))
     """
@@ -248,21 +248,23 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
     def train(key: jax.Array, data: base.Data,
               prior: base.PriorKnowledge | base.RegressionPriorKnowledge) -> HypermodelState:
         init_key, train_key, prior_key, bootstrap_key = jax.random.split(key, 4)
-        num_rows = data.x.shape[0]  # T, or more when padded (prior.num_train says T)
-        num_outputs = training.output_size(prior)
+        num_rows = data.x.shape[0]  # T, or more when padded (data.mask says which)
+        num_outputs = shapes.num_outputs
         params = init_linear_hypermodel(
-            init_key, prior.input_dim, (*config.hidden, num_outputs), index_dim
+            init_key, shapes.input_dim, (*config.hidden, num_outputs), index_dim
         )
         prior_params = init_prior_hypermodel(
-            prior_key, prior.input_dim, (*config.prior_hidden, num_outputs), index_dim
+            prior_key, shapes.input_dim, (*config.prior_hidden, num_outputs), index_dim
         )
         scale = ensembling.prior_function_scale(
             config.prior_scale, training.temperature(prior), config.temperature_scaling
         )
-        # One direction per row: the first T are the same draws whatever the padding.
+        # One direction per row, the i-th pair taking the i-th: the first T are the same
+        # draws whatever the padding, so a pair's weights are too.
         weight_fn = bootstrap_weight_fn(bootstrap_key, config.bootstrap, num_rows, index_dim)
+        pair_index = None if data.mask is None else jnp.cumsum(data.mask) - 1  # [rows]
         decay = training.weight_decay_scale(
-            config.l2_weight_decay, prior, config.adaptive_weight_scale
+            config.l2_weight_decay, base.num_pairs(data), prior, config.adaptive_weight_scale
         )
         optimizer = training.adam_with_l2(config.learning_rate, decay)
 
@@ -275,17 +277,16 @@ def make_hypermodel_agent(config: HypermodelConfig = HypermodelConfig()) -> base
             def index_loss(z):
                 outputs = _apply(params, x, z) + scale * _apply(prior_params, x, z)
                 losses = training.data_loss(outputs, batch.y, prior)  # [batch]
-                return (weight_fn(z, ids) * losses).mean()
+                pairs = ids if pair_index is None else pair_index[ids]
+                return (weight_fn(z, pairs) * losses).mean()
 
             return jax.vmap(index_loss)(zs).mean()
 
         # Minibatches are drawn over point ids so that the loss can look up the
         # drawn points' bootstrap weights.
-        point_ids = base.Data(x=jnp.arange(num_rows), y=data.y)
+        point_ids = base.Data(x=jnp.arange(num_rows), y=data.y, mask=data.mask)
         params, _ = training.train_minibatch(
-            train_key, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size,
-            prior.num_train,
-        )
+            train_key, loss_fn, params, point_ids, optimizer, config.num_steps, config.batch_size)
         return HypermodelState(params=params, prior_params=prior_params, prior_scale=scale)
 
     def apply(state: HypermodelState, x: jax.Array, z: jax.Array) -> jax.Array:

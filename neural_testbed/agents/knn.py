@@ -63,19 +63,20 @@ def truncated_logits(probs: jax.Array, low: float = 0.01, high: float = 0.99) ->
     return jnp.log(jnp.clip(probs, low, high))
 
 
-def make_knn_agent(config: KnnConfig = KnnConfig()) -> base.Agent:
+def make_knn_agent(config: KnnConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the knn agent: training keeps the data; ``apply`` votes among neighbours.
 
     Example:
-      >>> agent = make_knn_agent(KnnConfig(num_neighbors=10, weighting="distance"))
+      >>> agent = make_knn_agent(KnnConfig(num_neighbors=10, weighting="distance"),
+      ...                        base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))
     """
 
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> KnnState:
-        del key  # nothing random, nothing to fit
-        pairs = jnp.arange(data.x.shape[0]) < prior.num_train  # all rows unless padded
-        return KnnState(x=data.x, labels=jax.nn.one_hot(data.y, prior.num_classes), pairs=pairs)
+        del key, prior  # nothing random, nothing to fit
+        pairs = jnp.ones(data.x.shape[0], bool) if data.mask is None else data.mask
+        return KnnState(x=data.x, labels=jax.nn.one_hot(data.y, shapes.num_outputs), pairs=pairs)
 
     def class_probs(state: KnnState, x: jax.Array) -> jax.Array:
         """``x [n, d]`` -> ``[n, K]``: the (weighted) class frequencies among the neighbours."""

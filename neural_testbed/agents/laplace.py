@@ -154,17 +154,17 @@ def last_layer_precision_factor(
 
 def fit_last_layer(
     params: networks.MLPParams, x: jax.Array, prior_precision: float | jax.Array,
-    num_train: int | jax.Array | None = None,
+    mask: jax.Array | None = None,
 ) -> LaplaceState:
     """The Laplace posterior of the last layer of trained ``params`` given training inputs
     ``x [T, d]`` (the labels do not enter: the GGN uses the network's own probabilities).
 
-    ``num_train``: only the first rows of ``x`` are training inputs (the rest padding);
-    their feature rows are zeroed, which adds nothing to the GGN.
+    ``mask``: the rows of ``x`` that are training inputs (``Data.mask``; None: all); the
+    others' feature rows are zeroed, which adds nothing to the GGN.
     """
     features = last_layer_features(params, x)  # [T, m + 1]
-    if num_train is not None:
-        features = jnp.where((jnp.arange(x.shape[0]) < num_train)[:, None], features, 0.0)
+    if mask is not None:
+        features = jnp.where(mask[:, None], features, 0.0)
     last = params[-1]
     logits = features[:, :-1] @ last["w"] + last["b"]
     r = last_layer_precision_factor(features, logits, prior_precision)
@@ -173,19 +173,19 @@ def fit_last_layer(
     return LaplaceState(params=params, sample_matrix=inverse)
 
 
-def make_laplace_agent(config: LaplaceConfig = LaplaceConfig()) -> base.Agent:
+def make_laplace_agent(config: LaplaceConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the laplace agent.
 
     Example:
-      >>> agent = make_laplace_agent(LaplaceConfig(prior_precision=10.0))
+      >>> agent = make_laplace_agent(LaplaceConfig(prior_precision=10.0), base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))  # [n, K]
     """
-    mlp_agent = mlp.make_mlp_agent(config.mlp_config())
 
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge) -> LaplaceState:
-        params = mlp_agent.train(key, data, prior)  # the mlp agent's network, bit for bit
-        return fit_last_layer(params, data.x, config.prior_precision, prior.num_train)
+        # The mlp agent's network, bit for bit: trained from this config's mlp fields.
+        params = mlp.train_mlp(key, data, prior, shapes, config)
+        return fit_last_layer(params, data.x, config.prior_precision, data.mask)
 
     def apply(state: LaplaceState, x: jax.Array, index: jax.Array) -> jax.Array:
         last = state.params[-1]
@@ -204,7 +204,7 @@ def make_laplace_agent(config: LaplaceConfig = LaplaceConfig()) -> base.Agent:
     def sample_index(key: jax.Array) -> jax.Array:
         return key  # the key of z
 
-    # The mlp trains on the first prior.num_train rows; the GGN counts only those.
+    # The mlp trains on the pairs alone; the GGN counts only those.
     return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=None),
                       accepts_padding=True)
 

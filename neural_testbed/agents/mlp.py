@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from neural_testbed import base, networks
 from neural_testbed.agents import training, validation
 
-__all__ = ["MLPConfig", "make_mlp_agent", "mlp_sweep"]
+__all__ = ["MLPConfig", "make_mlp_agent", "mlp_sweep", "train_mlp"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,35 +37,41 @@ class MLPConfig:
         validation.check_fields(self)
 
 
-def make_mlp_agent(config: MLPConfig = MLPConfig()) -> base.Agent:
+def train_mlp(key: jax.Array, data: base.Data,
+              prior: base.PriorKnowledge | base.RegressionPriorKnowledge,
+              shapes: base.Shapes, config: MLPConfig) -> networks.MLPParams:
+    """The mlp agent's training: Adam on the data loss plus L2, on minibatches of the pairs.
+
+    ``config`` is an :class:`MLPConfig` or any config with its fields (laplace trains
+    its mlp from its own).
+    """
+    init_key, train_key = jax.random.split(key)
+    params = networks.init_mlp(init_key, shapes.input_dim, (*config.hidden, shapes.num_outputs))
+    scale = training.weight_decay_scale(
+        config.l2_weight_decay, base.num_pairs(data), prior, config.adaptive_weight_scale)
+    optimizer = training.adam_with_l2(config.learning_rate, scale)
+
+    def loss_fn(key, params, batch):
+        del key  # deterministic network
+        logits = networks.apply_mlp(params, batch.x)
+        return training.data_loss(logits, batch.y, prior).mean()
+
+    params, _ = training.train_minibatch(
+        train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size)
+    return params
+
+
+def make_mlp_agent(config: MLPConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the mlp agent.
 
     Example:
-      >>> agent = make_mlp_agent(MLPConfig(l2_weight_decay=0.1))
+      >>> agent = make_mlp_agent(MLPConfig(l2_weight_decay=0.1), base.Shapes(2, 2))
       >>> state = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(state, x, agent.enn.sample_index(key))
     """
 
     def train(key: jax.Array, data: base.Data, prior: base.PriorKnowledge):
-        init_key, train_key = jax.random.split(key)
-        params = networks.init_mlp(
-            init_key, prior.input_dim, (*config.hidden, training.output_size(prior))
-        )
-        scale = training.weight_decay_scale(
-            config.l2_weight_decay, prior, config.adaptive_weight_scale
-        )
-        optimizer = training.adam_with_l2(config.learning_rate, scale)
-
-        def loss_fn(key, params, batch):
-            del key  # deterministic network
-            logits = networks.apply_mlp(params, batch.x)
-            return training.data_loss(logits, batch.y, prior).mean()
-
-        params, _ = training.train_minibatch(
-            train_key, loss_fn, params, data, optimizer, config.num_steps, config.batch_size,
-            prior.num_train,
-        )
-        return params
+        return train_mlp(key, data, prior, shapes, config)
 
     def apply(params, x, index):
         del index  # a single network

@@ -39,9 +39,10 @@ def posterior(state: OracleGPState, x: jax.Array) -> tuple[jax.Array, jax.Array]
     return gaussian_process.posterior_at(state.kernel, state.posterior, x)
 
 
-def make_oracle_gp_agent(config: OracleGPConfig = OracleGPConfig()) -> base.Agent:
-    """The exact posterior; its belief index is a PRNG key."""
-    del config  # nothing to set
+def make_oracle_gp_agent(config: OracleGPConfig, shapes: base.Shapes) -> base.Agent:
+    """The exact posterior; its belief index is a PRNG key. It conditions on every row of
+    its data, so it does not accept padding."""
+    del config, shapes  # nothing to set; one value per input at any input dimension
 
     def train(key: jax.Array, data: base.Data, prior: base.RegressionPriorKnowledge):
         del key  # nothing random: the posterior is exact

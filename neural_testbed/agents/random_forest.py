@@ -48,25 +48,27 @@ def _forest_class():
     return RandomForestClassifier
 
 
-def make_random_forest_agent(config: RandomForestConfig = RandomForestConfig()) -> base.HostAgent:
+def make_random_forest_agent(config: RandomForestConfig, shapes: base.Shapes) -> base.HostAgent:
     """Builds the random_forest agent (a :class:`base.HostAgent`).
 
     Example:
-      >>> agent = make_random_forest_agent(RandomForestConfig(num_trees=10))
+      >>> agent = make_random_forest_agent(RandomForestConfig(num_trees=10), base.Shapes(2, 2))
       >>> forest = agent.train(0, data, prior)     # NumPy data
       >>> logits = agent.sample(forest, x[None], np.zeros(1))   # [1, n, K]
     """
     forest_class = _forest_class()
 
+    num_classes = shapes.num_outputs
+
     def train(seed: int, data: base.Data, prior: base.PriorKnowledge):
+        del prior  # a forest needs no prior knowledge
         forest = forest_class(n_estimators=config.num_trees, criterion=config.criterion,
                               random_state=seed)
         forest.fit(np.asarray(data.x), np.asarray(data.y))
-        return forest, prior.num_classes
+        return forest
 
-    def sample(state, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    def sample(forest, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
         del indices  # a single model
-        forest, num_classes = state
         networks, n, d = x.shape
         seen = forest.predict_proba(x.reshape(networks * n, d))  # [rows, classes seen]
         probs = np.zeros((networks * n, num_classes))

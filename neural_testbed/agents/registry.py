@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -50,7 +51,9 @@ class AgentSpec:
       config_type: a frozen dataclass of the agent's hyperparameters.
       default: the default config (an instance of ``config_type``).
       sweep: returns the hyperparameter sweep, a tuple of configs.
-      make: builds the agent from a config.
+      make: ``(config, shapes) -> Agent | HostAgent``, the agent of a config for
+        problems of ``shapes`` (:class:`base.Shapes`); the contract is in
+        :mod:`neural_testbed.base`.
       description: one line for ``neural-testbed agents``.
       targets: the problems it can be evaluated on: ``"classification"``,
         ``"regression"`` or both (a regression agent outputs one value per input).
@@ -61,6 +64,10 @@ class AgentSpec:
       other_sweeps: named config sweeps beside ``sweep``, for studies that vary
         other fields (ensemble+'s ``prior-functions`` for the paper's Figure 7);
         ``sweep --configs NAME`` runs one.
+      batchable: float fields of ``config_type`` that ``make`` uses only in array
+        arithmetic, so that they may be float32 arrays: configs that differ in
+        these alone are trained in one program, vmapped over configs
+        (``leaderboard.config_batches``). Empty: one config at a time.
     """
 
     config_type: type
@@ -72,6 +79,7 @@ class AgentSpec:
     check_target: Callable[[Any, str], None] | None = None
     other_sweeps: Mapping[str, Callable[[], Sequence[Any]]] = dataclasses.field(
         default_factory=dict)
+    batchable: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not (dataclasses.is_dataclass(self.config_type) and isinstance(self.config_type, type)):
@@ -89,6 +97,13 @@ class AgentSpec:
             raise TypeError(
                 f"default must be an instance of {self.config_type.__name__}, got {self.default!r}"
             )
+        _check_make(self.make)
+        floats = [f.name for f in dataclasses.fields(self.config_type)
+                  if typing.get_type_hints(self.config_type).get(f.name) is float]
+        if not isinstance(self.batchable, tuple) or set(self.batchable) - set(floats):
+            raise ValueError(f"batchable must be a tuple of float fields of "
+                             f"{self.config_type.__name__} ({', '.join(floats) or 'none'}), got "
+                             f"{self.batchable!r}")
 
     def configs(self, sweep: str = PAPER_SWEEP) -> tuple[Any, ...]:
         """The configs of the named sweep: ``"paper"`` is :attr:`sweep`, any other
@@ -101,12 +116,31 @@ class AgentSpec:
         return tuple(self.other_sweeps[sweep]())
 
 
+def _check_make(make: Callable) -> None:
+    """Refuses a ``make`` that cannot take ``(config, shapes)``, such as one written when
+    agents were built from their config alone."""
+    if not callable(make):
+        raise TypeError(f"make must be callable, got {make!r}")
+    try:
+        signature = inspect.signature(make)
+    except (TypeError, ValueError):  # no signature to read (a builtin): trusted
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        name = getattr(make, "__qualname__", repr(make))
+        raise TypeError(f"make must take (config, shapes): agents are now built knowing the "
+                        f"problem's shapes (base.Shapes: input_dim, num_outputs); {name}"
+                        f"{signature} does not") from None
+
+
 _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
     "mlp": AgentSpec(
         config_type=mlp.MLPConfig,
         default=mlp.MLPConfig(),
         sweep=mlp.mlp_sweep,
         make=mlp.make_mlp_agent,
+        batchable=("learning_rate", "l2_weight_decay"),
         description="one MLP (50, 50) with L2 weight decay; the baseline",
         targets=("classification", "regression"),
     ),
@@ -115,6 +149,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=ensemble.EnsembleConfig(),
         sweep=ensemble.ensemble_sweep,
         make=ensemble.make_ensemble_agent,
+        batchable=("learning_rate", "l2_weight_decay"),
         description="deep ensemble (Lakshminarayanan et al.): independently initialised MLPs",
         targets=("classification", "regression"),
     ),
@@ -123,6 +158,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=ensemble_plus.EnsemblePlusConfig(),
         sweep=ensemble_plus.ensemble_plus_sweep,
         make=ensemble_plus.make_ensemble_plus_agent,
+        batchable=("learning_rate", "l2_weight_decay", "prior_scale"),
         description="ensemble with randomised prior functions and bootstrap (Osband et al. 2018)",
         targets=("classification", "regression"),
         check_target=ensemble_plus.check_target,
@@ -133,6 +169,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=hypermodel.HypermodelConfig(),
         sweep=hypermodel.hypermodel_sweep,
         make=hypermodel.make_hypermodel_agent,
+        batchable=("learning_rate", "l2_weight_decay", "prior_scale"),
         description="linear hypermodel with an additive prior hypermodel (Dwaracherla et al. 2020)",
         targets=("classification", "regression"),
     ),
@@ -141,6 +178,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=dropout.DropoutConfig(),
         sweep=dropout.dropout_sweep,
         make=dropout.make_dropout_agent,
+        batchable=("dropout_rate", "length_scale", "learning_rate"),
         description="MC dropout (Gal & Ghahramani): an MLP that keeps dropping units when sampling",
         targets=("classification", "regression"),
     ),
@@ -149,6 +187,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=bbb.BBBConfig(),
         sweep=bbb.bbb_sweep,
         make=bbb.make_bbb_agent,
+        batchable=("learning_rate", "sigma_1", "sigma_2", "mixture_pi"),
         description="Bayes by backprop (Blundell et al.): a factorised Gaussian over every weight",
         targets=("classification", "regression"),
     ),
@@ -157,6 +196,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=sgmcmc.SGMCMCConfig(),
         sweep=sgmcmc.sgmcmc_sweep,
         make=sgmcmc.make_sgmcmc_agent,
+        batchable=("prior_variance",),
         description="SGLD with momentum (Welling & Teh): one chain's snapshots as an ensemble",
         targets=("classification", "regression"),
     ),
@@ -179,6 +219,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=deep_kernel.DeepKernelConfig(),
         sweep=deep_kernel.deep_kernel_sweep,
         make=deep_kernel.make_deep_kernel_agent,
+        batchable=("learning_rate", "l2_weight_decay", "sigma_squared"),
         description="GP on the logits with a trained MLP's last-layer features as kernel (B.9)",
     ),
     "laplace": AgentSpec(
@@ -186,6 +227,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=laplace.LaplaceConfig(),
         sweep=laplace.laplace_sweep,
         make=laplace.make_laplace_agent,
+        batchable=("learning_rate", "l2_weight_decay", "prior_precision"),
         description="mlp with a last-layer Laplace posterior (full GGN), sampled in weight space",
     ),
     "epinet": AgentSpec(
@@ -193,6 +235,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         default=epinet.EpinetConfig(),
         sweep=epinet.epinet_sweep,
         make=epinet.make_epinet_agent,
+        batchable=("learning_rate", "l2_weight_decay", "prior_scale"),
         description="MLP plus a small epistemic network of a Gaussian index (Osband et al. 2021)",
         targets=("classification", "regression"),
     ),

@@ -56,8 +56,8 @@ from neural_testbed.agents import _threefry, training, validation
 __all__ = ["SGMCMCConfig", "make_sgmcmc_agent", "run_chain", "sgld", "sgmcmc_sweep"]
 
 Params = Any
-# (params, batch) -> the mean negative log-likelihood of the batch's pairs.
-MeanLossFn = Callable[..., jax.Array]  # (params, batch[, weights]) -> mean loss
+# (params, batch) -> the negative log-likelihood of each of the batch's rows, [rows].
+LossFn = Callable[[Params, base.Data], jax.Array]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +162,7 @@ def sgld(
 
 def run_chain(
     key: jax.Array,
-    loss_fn: MeanLossFn,
+    loss_fn: LossFn,
     params: Params,
     data: base.Data,
     optimizer: optax.GradientTransformation,
@@ -171,29 +171,32 @@ def run_chain(
     burn_in: int,
     snapshot_every: int,
     batch_size: int,
-    num_train: jax.Array | None = None,
 ) -> Params:
     """Runs an SG-MCMC chain and returns its snapshots after burn-in.
 
     One ``lax.scan`` over ``num_steps / snapshot_every`` chunks, each an inner
     scan of ``snapshot_every`` optimizer steps that ends with a snapshot; the
-    first ``burn_in / snapshot_every`` snapshots are dropped. Each step draws
-    ``batch_size`` pairs with replacement from its own key, or uses all T pairs
-    when T <= ``batch_size`` (an exact gradient).
+    first ``burn_in / snapshot_every`` snapshots are dropped. Each step's
+    potential is the mean of ``loss_fn`` over ``batch_size`` pairs drawn with
+    replacement from its own key, or over all T pairs when T <= ``batch_size``
+    (an exact gradient).
+
+    With ``data.mask`` (padding, see :mod:`neural_testbed.base`) the draws are
+    among the pairs it marks, as :func:`training.train_minibatch` draws; when
+    T <= ``batch_size`` the batch is the first ``min(rows, batch_size)`` rows
+    that hold every pair and the mean is over the pairs alone, so the chain is
+    the one run on the pairs alone.
 
     Args:
       key: PRNG key of the minibatches.
-      loss_fn: ``(params, batch) -> mean loss`` over the batch's pairs (with
-        ``num_train``: ``(params, batch, weights) -> weighted mean loss``).
+      loss_fn: ``(params, batch) -> [rows]``, the negative log-likelihood of each
+        row of the batch; the chain averages it over the batch's pairs.
       params: the chain's starting point.
-      data: the T training pairs.
+      data: the training pairs (and, with a mask, padding).
       optimizer: e.g. ``chain(add_decayed_weights(2 * l2), sgld(...))``.
       num_steps, burn_in, snapshot_every: multiples of ``snapshot_every``,
         ``burn_in < num_steps``.
       batch_size: pairs per step.
-      num_train: for a padded training set, T as a traced scalar (only the first T
-        rows are pairs); ``loss_fn`` then takes a third argument, per-pair weights
-        ``[n]``, and returns their weighted mean. ``None``: every row is a pair.
 
     Returns:
       The snapshots: ``params``' tree, each leaf with a leading
@@ -202,25 +205,27 @@ def run_chain(
     _check_chain_lengths(num_steps, burn_in, snapshot_every)
     rows = data.x.shape[0]
 
-    def gradient(params, step_key):
-        if num_train is None:  # T is the number of rows: a static choice
+    def potential(params, batch):
+        return training.mean_over_pairs(loss_fn(params, batch), batch.mask)
+
+    def batch_at(step_key) -> base.Data:
+        if data.mask is None:  # T is the number of rows: a static choice
             if rows <= batch_size:
-                return jax.grad(loss_fn)(params, data)
+                return data
             idx = jax.random.randint(step_key, (batch_size,), 0, rows)
-            return jax.grad(loss_fn)(params, base.Data(x=data.x[idx], y=data.y[idx]))
-        # Padded: the first min(rows, batch_size) rows, weighted 1 where they are pairs,
-        # when T <= batch_size (all T pairs: the exact gradient), else a minibatch drawn
-        # from the first T rows; one gradient of one shape either way.
-        size = min(rows, batch_size)
+            return base.Data(x=data.x[idx], y=data.y[idx])
+        # Padded: T is traced, so both cases are one batch of min(rows, batch_size) rows.
+        num_train, size = base.num_pairs(data), min(rows, batch_size)
+        pairs = jnp.nonzero(data.mask, size=rows, fill_value=0)[0]  # the pairs' rows, first
         full = num_train <= batch_size
-        drawn = jax.random.randint(step_key, (size,), 0, num_train)
-        idx = jnp.where(full, jnp.arange(size), drawn)
-        weights = jnp.where(full, (jnp.arange(size) < num_train).astype(data.x.dtype), 1.0)
-        return jax.grad(loss_fn)(params, base.Data(x=data.x[idx], y=data.y[idx]), weights)
+        drawn = pairs[jax.random.randint(step_key, (size,), 0, num_train)]
+        idx = jnp.where(full, pairs[:size], drawn)
+        mask = jnp.where(full, jnp.arange(size) < num_train, True)
+        return base.Data(x=data.x[idx], y=data.y[idx], mask=mask)
 
     def step(carry, step_key):
         params, opt_state = carry
-        grads = gradient(params, step_key)
+        grads = jax.grad(potential)(params, batch_at(step_key))
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), None
 
@@ -235,20 +240,22 @@ def run_chain(
 
 
 def _l2_scale(
-    config: SGMCMCConfig, prior: base.PriorKnowledge | base.RegressionPriorKnowledge
+    config: SGMCMCConfig, num_train: int | jax.Array,
+    prior: base.PriorKnowledge | base.RegressionPriorKnowledge,
 ) -> jax.Array:
     """The prior's L2 term on the per-pair loss: ``temperature * d / (prior_variance * T)``,
     i.e. a Gaussian prior of variance ``prior_variance / (2 d temperature)`` on every weight
     (temperature 1 on regression, :func:`training.temperature`)."""
     return (training.temperature(prior) * prior.input_dim
-            / (config.prior_variance * prior.num_train))
+            / (config.prior_variance * num_train))
 
 
-def make_sgmcmc_agent(config: SGMCMCConfig = SGMCMCConfig()) -> base.Agent:
+def make_sgmcmc_agent(config: SGMCMCConfig, shapes: base.Shapes) -> base.Agent:
     """Builds the SG-MCMC agent; its state is the snapshots, its index a snapshot id.
 
     Example:
-      >>> agent = make_sgmcmc_agent(SGMCMCConfig(momentum=0.0, learning_rate=1e-3))
+      >>> agent = make_sgmcmc_agent(SGMCMCConfig(momentum=0.0, learning_rate=1e-3),
+      ...                           base.Shapes(2, 2))
       >>> snapshots = agent.train(jax.random.key(0), data, prior)
       >>> logits = agent.enn.apply(snapshots, x, agent.enn.sample_index(jax.random.key(1)))
 
@@ -261,23 +268,21 @@ def make_sgmcmc_agent(config: SGMCMCConfig = SGMCMCConfig()) -> base.Agent:
               prior: base.PriorKnowledge | base.RegressionPriorKnowledge):
         init_key, noise_key, chain_key = jax.random.split(key, 3)
         params = networks.init_mlp(
-            init_key, prior.input_dim, (*config.hidden, training.output_size(prior)))
+            init_key, shapes.input_dim, (*config.hidden, shapes.num_outputs))
+        num_train = base.num_pairs(data)
         # add_decayed_weights(2 l2) adds the gradient of l2 |theta|^2: the Gaussian prior.
         optimizer = optax.chain(
-            optax.add_decayed_weights(2 * _l2_scale(config, prior)),
-            sgld(noise_key, config.learning_rate, prior.num_train, config.momentum),
+            optax.add_decayed_weights(2 * _l2_scale(config, num_train, prior)),
+            sgld(noise_key, config.learning_rate, num_train, config.momentum),
         )
 
-        def loss_fn(params, batch, weights=None):
-            losses = training.data_loss(networks.apply_mlp(params, batch.x), batch.y, prior)
-            return losses.mean() if weights is None else (weights @ losses) / weights.sum()
+        def loss_fn(params, batch):
+            return training.data_loss(networks.apply_mlp(params, batch.x), batch.y, prior)
 
-        padded = not isinstance(prior.num_train, int)  # a traced T: the rows are padded
         return run_chain(
             chain_key, loss_fn, params, data, optimizer,
             num_steps=config.num_steps, burn_in=config.burn_in,
             snapshot_every=config.snapshot_every, batch_size=config.batch_size,
-            num_train=prior.num_train if padded else None,
         )  # leaves [num_snapshots, ...]
 
     def apply(snapshots, x, index):

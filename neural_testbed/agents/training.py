@@ -1,4 +1,9 @@
-"""Pieces shared by agents that train by minibatch gradient descent."""
+"""Pieces shared by agents that train by minibatch gradient descent.
+
+They honour ``Data.mask`` (padding is data, see :mod:`neural_testbed.base`):
+minibatches are drawn from the pairs only, and :func:`mean_over_pairs` averages
+over them, so an agent built on them may declare ``accepts_padding``.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,13 @@ import jax.numpy as jnp
 import optax
 
 from neural_testbed import base
-from neural_testbed.agents import validation
 
 __all__ = [
     "adam_with_l2",
     "check_training_fields",
     "data_loss",
     "is_regression",
-    "output_size",
+    "mean_over_pairs",
     "temperature",
     "train_minibatch",
     "weight_decay_scale",
@@ -29,6 +33,7 @@ LossFn = Callable[[jax.Array, Params, base.Data], jax.Array]  # (key, params, ba
 
 def weight_decay_scale(
     l2_weight_decay: float,
+    num_train: int | jax.Array,
     prior: base.PriorKnowledge | base.RegressionPriorKnowledge,
     adaptive_weight_scale: bool,
     num_members: int = 1,
@@ -40,8 +45,10 @@ def weight_decay_scale(
     ``d`` alone (:func:`temperature` is 1 there): the data term
     (:func:`data_loss`) is already divided by the noise variance, which plays
     the temperature's part.
+
+    ``num_train`` is T, :func:`base.num_pairs` of the training data.
     """
-    scale = l2_weight_decay / (num_members * prior.num_train)
+    scale = l2_weight_decay / (num_members * num_train)
     if adaptive_weight_scale:
         scale = scale * prior.input_dim * jnp.sqrt(temperature(prior))
     return scale
@@ -67,11 +74,6 @@ def is_regression(prior) -> bool:
     return isinstance(prior, base.RegressionPriorKnowledge)
 
 
-def output_size(prior) -> int:
-    """A network's outputs: K class logits, or one real value for regression."""
-    return 1 if is_regression(prior) else prior.num_classes
-
-
 def data_loss(outputs: jax.Array, targets: jax.Array, prior) -> jax.Array:
     """Per-example loss, ``[..., n, out]`` outputs against ``[n]`` targets: softmax
     cross-entropy for classes; for regression the Gaussian negative log-likelihood
@@ -80,6 +82,15 @@ def data_loss(outputs: jax.Array, targets: jax.Array, prior) -> jax.Array:
         return (targets - outputs[..., 0]) ** 2 / (2 * prior.noise_variance)
     targets = jnp.broadcast_to(targets, outputs.shape[:-1])
     return optax.softmax_cross_entropy_with_integer_labels(outputs, targets)
+
+
+def mean_over_pairs(values: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """The mean of per-row ``values [rows]`` over the rows that are pairs (``Data.mask``;
+    None: every row)."""
+    if mask is None:
+        return values.mean()
+    weights = mask.astype(values.dtype)
+    return (weights @ values) / weights.sum()
 
 
 def adam_with_l2(learning_rate: float, scale) -> optax.GradientTransformation:
@@ -100,35 +111,37 @@ def train_minibatch(
     optimizer: optax.GradientTransformation,
     num_steps: int,
     batch_size: int,
-    num_train: int | jax.Array | None = None,
     num_active_steps: jax.Array | None = None,
 ) -> tuple[Params, jax.Array]:
-    """Runs ``num_steps`` optimizer steps on minibatches drawn with replacement.
+    """Runs ``num_steps`` optimizer steps on minibatches drawn with replacement from the pairs.
 
-    The whole loop is one ``lax.scan``: each step draws ``batch_size`` indices
-    into the training set from its own key, so the run is a pure function of
-    ``key`` and compiles once. ``loss_fn(key, params, batch)`` is
-    differentiated with respect to ``params``; ``key`` is for its own
-    randomness (dropout masks, weight draws, indices).
+    The whole loop is one ``lax.scan``: each step draws ``batch_size`` of the
+    training pairs from its own key, so the run is a pure function of ``key`` and
+    compiles once. ``loss_fn(key, params, batch)`` is differentiated with respect
+    to ``params``; ``key`` is for its own randomness (dropout masks, weight
+    draws); ``batch`` holds pairs only (no mask).
 
-    ``num_train``: indices are drawn from the first ``num_train`` rows (the
-    training pairs of padded data, ``prior.num_train``; the same draws as
-    unpadded); ``None``: from every row.
-    ``num_active_steps``: a traced count of steps that update the parameters (the
-    rest leave them as they are), for an agent whose number of steps depends on a
-    padded problem's own T; ``None``: every step.
+    With ``data.mask``, the draws are among the rows it marks, in order: the i-th
+    pair is drawn exactly when it would be from the pairs alone, so padding changes
+    no draw. ``num_active_steps``: a traced count of steps that update the
+    parameters (the rest leave them as they are), for an agent whose number of
+    steps depends on T, which padding makes traced; ``None``: every step.
 
     Returns:
       The trained parameters and the loss at each step, ``[num_steps]``.
     """
-    if num_train is None:
-        num_train = data.x.shape[0]
+    num_train = base.num_pairs(data)
+    rows = None  # the pairs' rows in order, where a mask says which they are
+    if data.mask is not None:
+        rows = jnp.nonzero(data.mask, size=data.mask.shape[0], fill_value=0)[0]
 
     def step(carry, xs):
         index, step_key = xs
         params, opt_state = carry
         batch_key, loss_key = jax.random.split(step_key)
         idx = jax.random.randint(batch_key, (batch_size,), 0, num_train)
+        if rows is not None:
+            idx = rows[idx]
         batch = base.Data(x=data.x[idx], y=data.y[idx])
         loss, grads = jax.value_and_grad(loss_fn, argnums=1)(loss_key, params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -152,10 +165,9 @@ def check_training_fields(config) -> None:
         value = getattr(config, name)
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value!r}")
-    # A traced float (a batch of configs) was checked when its own config was made.
-    if not validation.is_traced(config.learning_rate) and not config.learning_rate > 0:
+    if not config.learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {config.learning_rate!r}")
-    if not validation.is_traced(config.l2_weight_decay) and not config.l2_weight_decay >= 0:
+    if not config.l2_weight_decay >= 0:
         raise ValueError(f"l2_weight_decay must be >= 0, got {config.l2_weight_decay!r}")
     if not config.hidden or any(w < 1 for w in config.hidden):
         raise ValueError(f"hidden must be one or more widths >= 1, got {config.hidden!r}")

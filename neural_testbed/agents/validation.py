@@ -34,10 +34,9 @@ import types
 import typing
 from typing import Any
 
-import jax
 import numpy as np
 
-__all__ = ["MAX_STEPS", "check_fields", "is_traced"]
+__all__ = ["MAX_STEPS", "check_fields"]
 
 # The longest training loop a config may ask for: 200 times sgmcmc's 500,000 steps, the
 # longest of any built-in sweep. A loop keeps a key and a loss per step (12 bytes), and
@@ -65,8 +64,6 @@ def check_fields(config: Any) -> None:
     for field in dataclasses.fields(config):
         annotation = hints.get(field.name, Any)
         value = getattr(config, field.name)
-        if is_traced(value):  # checked when the config it came from was made
-            continue
         allowed = _allowed(value, annotation)
         if allowed is not None:
             raise ValueError(f"{field.name} must be {allowed}, got {value!r}")
@@ -76,12 +73,6 @@ def check_fields(config: Any) -> None:
 
 def _is_steps(name: str) -> bool:
     return name == "num_steps" or name.endswith("_steps")
-
-
-def is_traced(value: Any) -> bool:
-    """Whether ``value`` is a JAX tracer: a config float traced in a batch of configs
-    (``leaderboard.config_batches``), which Python comparisons cannot check."""
-    return isinstance(value, jax.core.Tracer)
 
 
 def _is_int(value: Any) -> bool:

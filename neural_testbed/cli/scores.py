@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 
+from neural_testbed import base
 from neural_testbed.agents import registry
 from neural_testbed.cli import checks, figures, options
 from neural_testbed.diagnostics import report as diagnostics_report
@@ -300,7 +301,8 @@ def _figure5(args, rows):
     if args.problem not in paper:
         raise ValueError(f"unknown problem {args.problem!r}; see `neural-testbed problems "
                          "--sweep paper`")
-    return spec.make(config), paper[args.problem]
+    problem = paper[args.problem]
+    return spec.make(config, base.Shapes.of(problem)), problem
 
 
 def _testbed_vs_real(args, rows, problems, real):

@@ -3,6 +3,7 @@ al.'s transductive active learning and cross-normalized log-likelihood)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from neural_testbed import active, base
@@ -169,7 +170,7 @@ def probe(args) -> int:
         checks.output_dir(args.out, "--out")
     notes = options.notes_stream(args, "text")
     run = study_runs.run_probes(
-        args.db, args.agent, spec.make(config), config, problems, settings,
+        args.db, args.agent, functools.partial(spec.make, config), config, problems, settings,
         recompute=args.recompute, progress=not args.quiet,
         announce=lambda reused: print(f"probe {args.agent}: {config}; {len(problems)} problems "
                                       f"({args.sweep})" + _stored_note(reused, args.db),
@@ -242,12 +243,12 @@ def tal(args) -> int:
         drawing = figures.load("tal")
         checks.output_file(args.out, "--out")
     problems = _tal_problems(args, settings)
-    agent = spec.make(config)
-    if not isinstance(agent, base.Agent):
+    build = functools.partial(spec.make, config)
+    if problems and not isinstance(build(base.Shapes.of(problems[0])), base.Agent):
         raise ValueError(f"agent {args.agent!r} trains outside JAX (a host agent); tal "
                          "retrains its selection model each round and needs a JAX agent")
     run = study_runs.run_tal(
-        args.db, args.agent, agent, config, problems, settings, recompute=args.recompute,
+        args.db, args.agent, build, config, problems, settings, recompute=args.recompute,
         progress=not args.quiet,
         announce=lambda reused: print(
             f"tal: agent {args.agent}: {config}; {len(problems)} problems of {args.sweep}; "

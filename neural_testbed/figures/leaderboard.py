@@ -550,8 +550,9 @@ def figure_agent_samples(
 
     Args:
       key: draws the members' indices.
-      agent: the agent, e.g. ``agents.get_agent("mlp").make(config)``; a host agent
-        (``random_forest``, ``knn``) too.
+      agent: the agent built for the problem, e.g.
+        ``agents.get_agent("mlp").make(config, base.Shapes.of(problem))``; a host agent
+        (``random_forest``) too.
       problem: a problem with ``input_dim == 2``.
       path: the PNG file to write.
       num_members: how many sampled members to draw.

@@ -163,8 +163,7 @@ class GPRegressionProblem:
         noise_variance = args["noise_variance"]
         noise = jnp.sqrt(noise_variance) * jax.random.normal(noise_key, (self.num_train,))
         data = base.Data(x=x[:self.num_train], y=f[:self.num_train] + noise)
-        prior = base.RegressionPriorKnowledge(input_dim=self.input_dim,
-                                              num_train=self.num_train, kernel=self.kernel,
+        prior = base.RegressionPriorKnowledge(input_dim=self.input_dim, kernel=self.kernel,
                                               noise_variance=noise_variance)
         pool_x, pool_f = x[self.num_train:], f[self.num_train:]
         probe_mean, probe_cov = posterior_at(

@@ -219,7 +219,7 @@ class MLPClassificationProblem:
         env = sample_environment(env_key, args["temperature"], self.input_dim,
                                  self.num_classes, self.env_hidden)
         prior = base.PriorKnowledge(
-            input_dim=self.input_dim, num_classes=self.num_classes, num_train=self.num_train,
+            input_dim=self.input_dim, num_classes=self.num_classes,
             env_hidden=self.env_hidden, temperature=args["temperature"])
         return base.ProblemInstance(sample_train_data(train_key, env, self.num_train), prior, env)
 

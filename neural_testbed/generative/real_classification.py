@@ -124,7 +124,7 @@ class RealClassificationProblem:
         rows = jax.random.permutation(key, self.num_train_split)[:self.num_train]
         data = base.Data(x=args["x"][rows], y=args["y"][rows])
         prior = base.PriorKnowledge(
-            input_dim=self.input_dim, num_classes=self.num_classes, num_train=self.num_train,
+            input_dim=self.input_dim, num_classes=self.num_classes,
             env_hidden=ENV_HIDDEN, temperature=args["temperature"])
         return base.ProblemInstance(data, prior, {"x": args["x_test"], "y": args["y_test"]})
 

@@ -335,8 +335,8 @@ def reproduce(agent: str, problems: Mapping[str, Any], num_problems: int, *,
         announce(f"recomputing {agent} (default config) on {len(sample)} problems of the "
                  f"{sweep_name} sweep; published: "
                  f"{published.describe([agent], [p.problem_id for p in sample])}")
-    new = run.run_agent(spec.make(spec.default), sample, agent, config=spec.default,
-                        options=run.RunOptions(progress=progress))
+    new = run.run_agent(functools.partial(spec.make, spec.default), sample, agent,
+                        config=spec.default, options=run.RunOptions(progress=progress))
     by_key = {(r.problem_id, r.tau): r for r in rows if r.estimator == "auto"}
     records = [agreement(by_key[r.problem_id, r.tau], r, problems[r.problem_id].metric)
                for r in new if (r.problem_id, r.tau) in by_key and r.status == "ok"]

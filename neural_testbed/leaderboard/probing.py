@@ -178,7 +178,7 @@ def make_prober(agent: base.Agent, settings: ProbeSettings
         for k in settings.reduction_ks:
             more = base.Data(jnp.concatenate([data.x, added.x[:k]]),
                              jnp.concatenate([data.y, added.y[:k]]))
-            state_k = agent.train(agent_key, more, prior.replace(num_train=prior.num_train + k))
+            state_k = agent.train(agent_key, more, prior)
             reductions.append(probes.uncertainty_reduction(std, beliefs(state_k, env.pool_x)[2]))
         absolute, signed = (jnp.stack(r) for r in zip(*reductions))
         return ProblemProbes(
@@ -191,25 +191,30 @@ def make_prober(agent: base.Agent, settings: ProbeSettings
     return jax.jit(probe)
 
 
-def probe_problems(agent: base.Agent, problems: Sequence[base.Problem],
+def probe_problems(build: base.AgentBuilder, problems: Sequence[base.Problem],
                    settings: ProbeSettings = ProbeSettings(), progress: bool = True,
                    desc: str = "probe") -> Iterator[tuple[base.Problem, ProblemProbes]]:
     """Yields each problem with its probes (NumPy arrays), one problem after another, with
-    a progress bar on stderr.
+    a progress bar on stderr; ``build`` (``shapes -> agent``) makes the agent of each
+    problem shape.
 
     Example:
       >>> from neural_testbed import agents, leaderboard
       >>> problems = list(leaderboard.get_sweep("regression-quick").values())
-      >>> results = dict(probe_problems(agents.make_oracle_gp_agent(), problems))
+      >>> build = functools.partial(agents.make_oracle_gp_agent, agents.OracleGPConfig())
+      >>> results = dict(probe_problems(build, problems))
       >>> print(format_text(summarise(results, ProbeSettings())))
     """
-    probe = make_prober(agent, settings)
+    probers: dict[base.Shapes, Callable] = {}
     problems = list(problems)
     with tqdm(problems, unit="problem", disable=not progress, file=sys.stderr, desc=desc,
               dynamic_ncols=True) as bar:
         for problem in bar:
+            shapes = base.Shapes.of(problem)
+            if shapes not in probers:
+                probers[shapes] = make_prober(build(shapes), settings)
             agent_key, probe_key = probe_keys(problem, settings.agent_seed)
-            result = probe(agent_key, probe_key, problem.instance())
+            result = probers[shapes](agent_key, probe_key, problem.instance())
             yield problem, ProblemProbes(*(np.asarray(v) for v in jax.device_get(result)))
 
 

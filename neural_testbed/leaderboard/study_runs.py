@@ -43,9 +43,9 @@ class ProbeStudy:
     config: Any
     settings: probing.ProbeSettings
 
-    def records(self, agent, problems, programs) -> list[dict[str, Any]]:
+    def records(self, build, problems, programs) -> list[dict[str, Any]]:
         records, last = [], time.perf_counter()
-        for problem, result in probing.probe_problems(agent, problems, self.settings,
+        for problem, result in probing.probe_problems(build, problems, self.settings,
                                                       progress=False):
             now = time.perf_counter()
             records.append(studies.probe_record(self.name, self.config, problem.problem_id,
@@ -62,13 +62,14 @@ class TALStudy:
     config: Any
     settings: tal.TALSettings
 
-    def records(self, agent, problems, programs) -> list[dict[str, Any]]:
+    def records(self, build, problems, programs) -> list[dict[str, Any]]:
         return [studies.tal_record(self.name, self.config, result, self.settings)
-                for result in tal.iter_tal(agent, problems, self.settings)]
+                for result in tal.iter_tal(build, problems, self.settings)]
 
 
 def _run(db: str, study: ProbeStudy | TALStudy, kind: str, settings_json: str,
-         agent: Any, problems: Sequence[base.Problem], recompute: bool, progress: bool,
+         build: base.AgentBuilder, problems: Sequence[base.Problem], recompute: bool,
+         progress: bool,
          announce: Callable[[int], None] | None) -> StudyRun:
     """Opens the store (refusing a file it cannot use before any work), computes the
     problems not stored yet and reads every problem's record back; ``announce`` gets the
@@ -81,7 +82,7 @@ def _run(db: str, study: ProbeStudy | TALStudy, kind: str, settings_json: str,
         if announce is not None:
             announce(len(problems) - len(todo))
         start = time.perf_counter()
-        run.run_study(study, study.name, study.config, todo, store, agent=agent,
+        run.run_study(study, study.name, study.config, todo, store, build=build,
                       progress=progress)
         seconds = time.perf_counter() - start
         stored = studies.stored_by_problem(store, study.name, study.config, kind, settings_json)
@@ -89,28 +90,28 @@ def _run(db: str, study: ProbeStudy | TALStudy, kind: str, settings_json: str,
     return StudyRun(records, len(todo), len(problems) - len(todo), seconds)
 
 
-def run_probes(db: str, name: str, agent: Any, config: Any, problems: Sequence[base.Problem],
-               settings: probing.ProbeSettings, *, recompute: bool = False,
-               progress: bool = True,
+def run_probes(db: str, name: str, build: base.AgentBuilder, config: Any,
+               problems: Sequence[base.Problem], settings: probing.ProbeSettings, *,
+               recompute: bool = False, progress: bool = True,
                announce: Callable[[int], None] | None = None) -> StudyRun:
     """Grover et al.'s probes (:func:`probing.probe_problems`) of the agent ``name``
-    (built from ``config``) on each problem, stored in the store at ``db``; the
-    results are (problem, :class:`probing.ProblemProbes`) pairs."""
+    (``build``: ``shapes -> agent`` of ``config``) on each problem, stored in the store
+    at ``db``; the results are (problem, :class:`probing.ProblemProbes`) pairs."""
     study = ProbeStudy(name, config, settings)
-    result = _run(db, study, "probe", studies.probe_settings_json(settings), agent, problems,
+    result = _run(db, study, "probe", studies.probe_settings_json(settings), build, problems,
                   recompute, progress, announce)
     return dataclasses.replace(result, results=[
         (p, studies.probe_result(r)) for p, r in zip(problems, result.results)])
 
 
-def run_tal(db: str, name: str, agent: base.Agent, config: Any,
+def run_tal(db: str, name: str, build: base.AgentBuilder, config: Any,
             problems: Sequence[base.Problem], settings: tal.TALSettings, *,
             recompute: bool = False, progress: bool = True,
             announce: Callable[[int], None] | None = None) -> StudyRun:
     """Transductive active learning (:func:`tal.iter_tal`) with the agent ``name``
-    (built from ``config``) choosing the queries on each problem, stored in the store
-    at ``db``; the results are :class:`tal.TALResult`."""
+    (``build``: ``shapes -> agent`` of ``config``) choosing the queries on each problem,
+    stored in the store at ``db``; the results are :class:`tal.TALResult`."""
     study = TALStudy(name, config, settings)
-    result = _run(db, study, "tal", studies.tal_settings_json(settings), agent, problems,
+    result = _run(db, study, "tal", studies.tal_settings_json(settings), build, problems,
                   recompute, progress, announce)
     return dataclasses.replace(result, results=[studies.tal_result(r) for r in result.results])

@@ -63,16 +63,25 @@ def _progress(units: Iterator, total: int, desc: str, show: bool) -> Iterator:
             bar.update(len(unit.problems) * len(unit.configs))
 
 
-def run_agent(agent: base.Agent | base.HostAgent, problems: Sequence[base.Problem],
+def check_builder(build: Any) -> None:
+    """Refuses, in one line, an agent where a function ``shapes -> agent`` is expected."""
+    if isinstance(build, (base.Agent, base.HostAgent)) or not callable(build):
+        raise TypeError(f"expected a function shapes -> agent (e.g. functools.partial(make, "
+                        f"config)), got {type(build).__name__}: an agent is built for one "
+                        f"problem shape (base.Shapes), so it is built per shape of the problems")
+
+
+def run_agent(build: base.AgentBuilder, problems: Sequence[base.Problem],
               agent_name: str = "agent", *, config: Any = None,
               options: RunOptions | None = None,
               on_rows: Callable[[list[base.ProblemResult]], None] | None = None,
               **settings: Any) -> list[base.ProblemResult]:
-    """Trains ``agent`` once per problem and evaluates it at each of the problem's taus,
-    in this process and without a store: for an agent object that need not be registered.
+    """Trains an agent once per problem and evaluates it at each of the problem's taus,
+    in this process and without a store: for an agent that need not be registered.
 
     Args:
-      agent: the agent to evaluate.
+      build: ``shapes -> agent``, called once per problem shape (e.g.
+        ``functools.partial(make, config)`` of a ``make(config, shapes)``).
       problems: the problems, e.g. ``get_sweep("quick").values()``.
       agent_name: recorded in each row.
       config: the agent's config, recorded (hashed) in each row; None if it has none.
@@ -86,16 +95,17 @@ def run_agent(agent: base.Agent | base.HostAgent, problems: Sequence[base.Proble
     Example:
       >>> from neural_testbed import agents, leaderboard
       >>> spec = agents.get_agent("mlp")
-      >>> rows = leaderboard.run_agent(spec.make(spec.default),
+      >>> rows = leaderboard.run_agent(functools.partial(spec.make, spec.default),
       ...                              leaderboard.get_sweep("quick").values(), "mlp")
     """
+    check_builder(build)
     options = _options(options, settings)
     problems = list(problems)
     units, _ = plan_units(agent_name, _checked_configs([config]), problems, None, options,
-                          agent)
+                          build)
     results: list[base.ProblemResult] = []
     total = sum(len(u.problems) * len(u.configs) for u in units)
-    executed = execute.execute(units, options, agent=agent)
+    executed = execute.execute(units, options, build)
     with contextlib.closing(executed):
         for _, rows in _progress(executed, total, agent_name, options.progress):
             if on_rows is not None:
@@ -134,17 +144,17 @@ def run_sweep(agent_name: str, configs: Sequence[Any], problems: Sequence[base.P
 
 def run_study(study: Any, agent_name: str, config: Any, problems: Sequence[base.Problem],
               store: store_lib.ResultsStore, options: RunOptions | None = None,
-              agent: base.Agent | None = None, **settings: Any) -> int:
+              build: base.AgentBuilder | None = None, **settings: Any) -> int:
     """Computes a study's records (tal, probe: ``WorkUnit.study``) on ``problems``, a unit
     per problem shape, where ``options`` says, writing each unit's records to ``store``
-    as it finishes; returns how many problems were computed. ``agent``: an agent object
-    (this process only); None builds ``agent_name``'s from ``config``."""
+    as it finishes; returns how many problems were computed. ``build``: ``shapes ->
+    agent`` (this process only); None builds ``agent_name``'s from ``config``."""
     options = _options(options, settings)
     shapes: dict[Any, list[base.Problem]] = {}
     for p in problems:
         shapes.setdefault(p.shape, []).append(p)
     units = [WorkUnit(agent_name, config, tuple(group), study=study) for group in shapes.values()]
-    executed = execute.execute(units, options, agent=agent)
+    executed = execute.execute(units, options, build)
     with contextlib.closing(executed):
         for _, records in _progress(executed, len(problems), agent_name, options.progress):
             store.write_studies(records)

@@ -90,12 +90,14 @@ def check_memory(agent_name: str, configs: Sequence[Any], problems: Sequence[bas
     test_size = lambda p: p.num_test * max(p.taus) * p.input_dim
     largest_train = max(problems, key=lambda p: (train_size(p), test_size(p)))
     largest_test = max(problems, key=lambda p: (test_size(p), train_size(p)))
-    for config_batch in config_batches.batch_configs(configs, len(configs) or 1):
+    for config_batch in config_batches.batch_configs(configs, len(configs) or 1,
+                                                     spec.batchable):
         config = config_batch[0]
         for problem in dict.fromkeys((largest_train, largest_test)):
             try:
-                runner = programs.UnitRunner(spec.make(config), agent_name, (config,), problem,
-                                             estimator, agent_seed)
+                runner = programs.UnitRunner(spec.make(config, base.Shapes.of(problem)),
+                                             agent_name, (config,), problem, estimator,
+                                             agent_seed)
                 size, program = largest_array(runner, problem)
             except Exception:  # the unit records the same error in its rows
                 continue

@@ -30,13 +30,14 @@ MAX_WORKER_DEATHS = 3  # a unit whose worker dies this often gets failed rows
 
 
 def execute(units: Sequence[WorkUnit], options: RunOptions,
-            agent: base.Agent | base.HostAgent | None = None) -> Iterator[tuple[WorkUnit, list]]:
+            build: base.AgentBuilder | None = None) -> Iterator[tuple[WorkUnit, list]]:
     """Yields ``(unit, rows)`` as units finish, in any order; closing the generator (or a
     Ctrl-C in the consumer) stops the work still running.
 
-    ``agent``: an agent object to run instead of the registered one (this process only).
+    ``build``: ``shapes -> agent`` of an agent to run instead of the registered one (this
+    process only).
     """
-    if agent is not None and (options.backend != "local" or options.workers != 1):
+    if build is not None and (options.backend != "local" or options.workers != 1):
         raise ValueError("an agent object runs in this process only (backend 'local', 1 "
                          "worker); register it to run it on workers or Ray")
     if options.backend == "ray":
@@ -47,17 +48,17 @@ def execute(units: Sequence[WorkUnit], options: RunOptions,
         return _in_workers(units, options)
     programs = programs_lib.Programs()
     if options.units_at_once > 1:
-        return _in_threads(units, programs, agent, options.units_at_once)
-    return ((unit, programs_lib.compute_unit(unit, programs, agent)) for unit in units)
+        return _in_threads(units, programs, build, options.units_at_once)
+    return ((unit, programs_lib.compute_unit(unit, programs, build)) for unit in units)
 
 
-def _in_threads(units, programs, agent, units_at_once) -> Iterator[tuple[WorkUnit, list]]:
+def _in_threads(units, programs, build, units_at_once) -> Iterator[tuple[WorkUnit, list]]:
     """Up to ``units_at_once`` units at the same time (XLA runs programs outside the
     interpreter lock); units not started when the consumer stops are dropped."""
     pool = concurrent.futures.ThreadPoolExecutor(units_at_once,
                                                  thread_name_prefix="neural-testbed-unit")
     try:
-        futures = {pool.submit(programs_lib.compute_unit, unit, programs, agent): unit
+        futures = {pool.submit(programs_lib.compute_unit, unit, programs, build): unit
                    for unit in units}
         for future in concurrent.futures.as_completed(futures):
             yield futures[future], future.result()

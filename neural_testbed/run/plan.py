@@ -10,7 +10,7 @@ numbers; a resumed run computes exactly the rows still missing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from neural_testbed import base
@@ -49,35 +49,43 @@ def accepts_padding(agent: base.Agent | base.HostAgent) -> bool:
     return isinstance(agent, base.HostAgent) or getattr(agent, "accepts_padding", False)
 
 
-def _pads(agent_name: str, config: Any, agent: base.Agent | base.HostAgent | None) -> bool:
-    if agent is not None:
-        return accepts_padding(agent)
+def _pads(agent_name: str, config: Any, problem: base.Problem,
+          build: base.AgentBuilder | None) -> bool:
+    """Whether the agent built for ``problem``'s shapes pads."""
+    shapes = base.Shapes.of(problem)
     try:
-        return accepts_padding(registry.get_agent(agent_name).make(config))
+        agent = build(shapes) if build is not None else registry.get_agent(agent_name).make(
+            config, shapes)
     except Exception:  # the unit's own build fails again and records failed rows
         return False
+    return accepts_padding(agent)
 
 
 def plan_units(agent_name: str, configs: Sequence[Any], problems: Sequence[base.Problem],
                store: store_lib.ResultsStore | None, options: RunOptions = RunOptions(),
-               agent: base.Agent | base.HostAgent | None = None) -> tuple[list[WorkUnit], int]:
+               build: base.AgentBuilder | None = None) -> tuple[list[WorkUnit], int]:
     """The units still to run, and how many rows ``store`` already holds (None: nothing
     stored yet).
 
     Chunks of ``options.problems_per_batch`` are cut per shape, or per padding group
     where a batch size is set and the agent pads (several T in one program: fewer,
-    larger programs); ``agent``: the agent object of ``run_agent``, None for the
-    registered agent of each config. Shard ``(i, n)`` keeps the units whose position is ``i - 1``
+    larger programs). Configs are batched where they differ only in fields the agent
+    declares batchable (``AgentSpec.batchable``). ``build``: ``shapes -> agent`` of
+    ``run_agent``, None for the registered agent of each config. Shard ``(i, n)`` keeps the units whose position is ``i - 1``
     modulo ``n``. A batch of configs whose configs are stored for different problems
     is split into one unit per config.
     """
     shard_index, num_shards = options.shard
     train_rows = _train_rows(problems)
+    batchable = () if build is not None else registry.get_agent(agent_name).batchable
+    across_sizes = options.problems_per_batch is not None and bool(train_rows)
     units, reused, position = [], 0, 0
-    for batch_configs in config_batches.batch_configs(configs, options.configs_per_batch):
-        by_padding = options.problems_per_batch is not None and bool(train_rows) and _pads(
-            agent_name, batch_configs[0], agent)
+    for batch_configs in config_batches.batch_configs(configs, options.configs_per_batch,
+                                                      batchable):
         stored = [_stored(store, agent_name, config, options) for config in batch_configs]
+        def by_padding(problem, config=batch_configs[0]) -> bool:
+            return across_sizes and _pads(agent_name, config, problem, build)
+
         for group in _unit_groups(problems, by_padding):
             size = options.problems_per_batch or len(group)
             for start in range(0, len(group), size):
@@ -113,18 +121,22 @@ def _done(problem: base.Problem, stored: set) -> bool:
                 problem.num_samples) in stored for tau in problem.taus)
 
 
-def _unit_groups(problems: Sequence[base.Problem], by_padding: bool) -> list[list[base.Problem]]:
-    """The problems units are cut from together: one shape's, or with ``by_padding`` one
-    padding group's, its shapes in order of first appearance."""
+def _unit_groups(problems: Sequence[base.Problem],
+                 by_padding: Callable[[base.Problem], bool]) -> list[list[base.Problem]]:
+    """The problems units are cut from together: one shape's, or, where ``by_padding`` of
+    a padding group's first problem, the padding group's, its shapes in order of first
+    appearance."""
     groups: dict[Hashable, list[base.Problem]] = {}
+    padding: dict[Hashable, bool] = {}  # padding group -> whether the agent pads on it
     for p in problems:
-        group = getattr(p, "padding_group", None) if by_padding else None
-        groups.setdefault(("shape", p.shape) if group is None else ("padding", group),
-                          []).append(p)
-    if by_padding:  # a group's shapes one after another
-        for members in groups.values():
-            order = list(dict.fromkeys(p.shape for p in members))
-            members.sort(key=lambda p: order.index(p.shape))
+        group = getattr(p, "padding_group", None)
+        if group is not None and group not in padding:
+            padding[group] = by_padding(p)
+        key = ("padding", group) if padding.get(group) else ("shape", p.shape)
+        groups.setdefault(key, []).append(p)
+    for members in groups.values():  # a padding group's shapes one after another
+        order = list(dict.fromkeys(p.shape for p in members))
+        members.sort(key=lambda p: order.index(p.shape))
     return list(groups.values())
 
 

@@ -5,8 +5,8 @@ A batch of same-shape problems is built (``lax.map`` over problems), the agent t
 every tau (``lax.map`` over problems, so memory stays that of one problem), by
 programs compiled once per (config batch, shape, batch size) and kept in the run's
 :class:`Programs`, never in the process. Compilation is timed apart from training
-and evaluation. A batch that raises is retried config by config, then problem by
-problem, so one failing problem gets failed rows and the others still run.
+and evaluation. A batch that raises is retried problem by problem, so one failing
+problem gets failed rows and the others still run.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -35,8 +36,9 @@ from neural_testbed.leaderboard import predictives
 from neural_testbed.likelihood import kl
 from neural_testbed.run.plan import WorkUnit, accepts_padding
 
-__all__ = ["MATMUL_PRECISION", "Programs", "UnitRunner", "compute_unit", "error_text",
-           "build_program", "compile_traced", "failed_rows", "failed_rows_of", "largest_array", "result_row", "use_full_float32_products"]
+__all__ = ["MATMUL_PRECISION", "Programs", "UnitRunner", "build_program", "compile_traced",
+           "compute_unit", "error_text", "failed_rows", "failed_rows_of", "largest_array",
+           "result_row", "unit_runner", "use_full_float32_products"]
 
 log = logging.getLogger(__name__)
 
@@ -169,10 +171,11 @@ class UnitRunner:
 
     def __init__(self, agent: base.Agent | base.HostAgent, agent_name: str,
                  configs: Sequence[Any], template: base.Problem, estimator: str,
-                 agent_seed: int, make: Callable[[Any], base.Agent] | None = None):
-        """``configs``: one config, or a batch of one group (``config_batches``), whose
-        differing floats are traced; ``make`` builds an agent from a config (needed for
-        a batch)."""
+                 agent_seed: int, make: Callable[[Any, base.Shapes], base.Agent] | None = None,
+                 batchable: Collection[str] = ()):
+        """``configs``: one config, or a batch that differs only in fields of ``batchable``
+        (the agent's declaration, ``config_batches``), traced; ``make`` builds an agent
+        from a config and shapes (needed for a batch)."""
         self.agent_name, self.configs, self.template = agent_name, tuple(configs), template
         self.estimator, self.agent_seed = estimator, agent_seed
         self.config_jsons = [configs_lib.config_json(c) for c in self.configs]
@@ -182,13 +185,15 @@ class UnitRunner:
         self._keeps_predictive = next(e for e in self.evaluations if e[0] == min(template.taus))
         self._exclusive = contextlib.nullcontext()
         self.values: tuple[np.ndarray, ...] = ()  # the traced floats, [configs, fields]
+        self.array_fields: tuple[str, ...] = ()  # the fields vmapped over, for a batch
         batched = len(self.configs) > 1
         if batched:
-            names = config_batches.traced_fields(self.configs)
+            names = self.array_fields = config_batches.array_fields(self.configs, batchable)
             self.values = (config_batches.values_of(self.configs, names),)
+            shapes = base.Shapes.of(template)
 
             def agent_for(values):  # one config's agent, inside the vmap over configs
-                return make(config_batches.with_values(self.configs[0], names, values))
+                return make(config_batches.with_arrays(self.configs[0], names, values), shapes)
         self._host = isinstance(agent, base.HostAgent)
         if self._host:
             if batched:
@@ -202,8 +207,8 @@ class UnitRunner:
 
             def train_problems(agent, agent_keys, instances, num_train):
                 def one(key, data, prior, num_train):
-                    if pads:  # T may be fewer than the (padded) rows: say how many
-                        prior = prior.replace(num_train=num_train)
+                    if pads:  # T may be fewer than the (padded) rows: mark its own
+                        data = data._replace(mask=jax.numpy.arange(data.x.shape[0]) < num_train)
                     return agent.train(jax.random.fold_in(key, agent_seed), data, prior)
                 return jax.vmap(one)(agent_keys, instances.data, instances.prior, num_train)
 
@@ -301,7 +306,8 @@ class UnitRunner:
 
     def _train_on_host(self, agent_keys, instances, problems) -> tuple[np.ndarray, float, float]:
         """Trains a host agent problem by problem, each on its own T pairs (the first rows
-        of a padded set); returns its states' handles (padding problems reuse the last)."""
+        of a padded set, without a mask); returns its states' handles (padding problems
+        reuse the last)."""
         start = time.perf_counter()
         data = jax.device_get(instances.data)
         temperatures = np.asarray(jax.device_get(instances.prior.temperature))
@@ -309,7 +315,7 @@ class UnitRunner:
         for i, problem in enumerate(problems):
             key = jax.random.fold_in(agent_keys[i], self.agent_seed)
             rows = problem.num_train
-            prior = instances.prior.replace(temperature=float(temperatures[i]), num_train=rows)
+            prior = instances.prior.replace(temperature=float(temperatures[i]))
             state = self._host_agent.train(host.host_seed(key), base.Data(
                 x=data.x[i, :rows], y=data.y[i, :rows]), prior)
             handles.append(self._host_states.put(state))
@@ -391,58 +397,52 @@ def failed_rows_of(unit: WorkUnit, error: BaseException | str) -> list[base.Prob
 
 
 def unit_runner(unit: WorkUnit, programs: Programs,
-                agent: base.Agent | base.HostAgent | None = None) -> UnitRunner:
+                build: base.AgentBuilder | None = None) -> UnitRunner:
     """The runner of a unit's configs and (padded) shape, made once per run."""
-    spec = registry.get_agent(unit.agent) if agent is None else None
-    made = spec.make(unit.config) if agent is None else agent
+    spec = registry.get_agent(unit.agent) if build is None else None
     template = unit.problems[0]
+    shapes = base.Shapes.of(template)
+    made = spec.make(unit.config, shapes) if build is None else build(shapes)
     if unit.train_rows and accepts_padding(made):
         template = dataclasses.replace(template, num_train=unit.train_rows)
     key = (unit.agent, tuple(configs_lib.config_hash(unit.agent, c) for c in unit.configs),
-           template.shape, unit.estimator, unit.agent_seed, id(agent))
+           template.shape, unit.estimator, unit.agent_seed, id(build))
     return programs.runner(key, lambda: UnitRunner(
         made, unit.agent, unit.configs, template, unit.estimator, unit.agent_seed,
-        make=spec.make if spec else None))
+        make=spec.make if spec else None, batchable=spec.batchable if spec else ()))
 
 
 def compute_unit(unit: WorkUnit, programs: Programs,
-                 agent: base.Agent | base.HostAgent | None = None) -> list[base.ProblemResult]:
+                 build: base.AgentBuilder | None = None) -> list[base.ProblemResult]:
     """The rows of a work unit; failures become failed rows, never exceptions.
 
-    ``agent``: the agent object to run; None builds it from the registry (workers,
-    Ray), so only registered agents run outside this process. A batch of configs that
-    fails is run again one config at a time (logged), a batch of problems one problem
-    at a time, so that only what fails gets failed rows.
+    ``build``: ``shapes -> agent`` of the agent to run; None builds the registered agent
+    of the unit's config (workers, Ray), so only registered agents run outside this
+    process. A batch of problems that fails is run again one problem at a time (logged),
+    so that only the failing problems get failed rows (for every config of the unit: a
+    batch of configs does not fall back to one config at a time).
     """
     if unit.study is not None:  # records of the study's own, stored beside the rows
-        made = registry.get_agent(unit.agent).make(unit.config) if agent is None else agent
-        return unit.study.records(made, unit.problems, programs)
+        if build is None:
+            build = functools.partial(registry.get_agent(unit.agent).make, unit.config)
+        return unit.study.records(build, unit.problems, programs)
     try:
-        runner = unit_runner(unit, programs, agent)
-    except Exception as error:  # building the agent failed: every problem fails
-        if unit.more_configs:
-            return _one_by_one(unit, programs, agent, error)
+        runner = unit_runner(unit, programs, build)
+    except Exception as error:  # building the agent or its runner failed: every row fails
         return failed_rows_of(unit, error)
     size = max(unit.pad_to, len(unit.problems))
     padded = list(unit.problems) + [unit.problems[-1]] * (size - len(unit.problems))
     try:
         return runner.rows(programs, padded, num_real=len(unit.problems))
     except Exception as error:  # an agent may raise anything; record, don't stop
-        if unit.more_configs or len(unit.problems) > 1:
-            return _one_by_one(unit, programs, agent, error)
-        log.warning("%s failed on %s: %s", unit.agent, unit.problems[0].problem_id, error)
-        return failed_rows(unit.agent, unit.config, unit.problems, unit.estimator,
-                           unit.agent_seed, error)
-
-
-def _one_by_one(unit: WorkUnit, programs: Programs, agent, error) -> list[base.ProblemResult]:
-    """A failed unit's configs, else problems, as units of their own."""
-    if unit.more_configs:
-        log.warning("%s: %d configs in one program failed (%s); one config at a time",
-                    unit.agent, len(unit.configs), error_text(error))
-        parts = [dataclasses.replace(unit, config=c, more_configs=()) for c in unit.configs]
-    else:
+        if unit.more_configs:  # say where it ran: make may have used a field in Python
+            error = (f"{len(unit.configs)} configs vmapped over "
+                     f"{', '.join(runner.array_fields)} (the agent's batchable fields, float32 "
+                     f"arrays there): {error_text(error)}")
+        if len(unit.problems) == 1:
+            log.warning("%s failed on %s: %s", unit.agent, unit.problems[0].problem_id, error)
+            return failed_rows_of(unit, error)
         log.warning("%s: a batch of %d problems failed (%s); one problem at a time",
                     unit.agent, len(unit.problems), error_text(error))
-        parts = [dataclasses.replace(unit, problems=(p,), pad_to=1) for p in unit.problems]
-    return [row for part in parts for row in compute_unit(part, programs, agent)]
+        return [row for p in unit.problems for row in compute_unit(
+            dataclasses.replace(unit, problems=(p,), pad_to=1), programs, build)]

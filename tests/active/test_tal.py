@@ -3,6 +3,7 @@ score and the selection covariance against direct computations, rounds that quer
 fresh candidates, one-line refusals."""
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -27,7 +28,8 @@ PROBLEMS = [gp_regression.GPRegressionProblem(f"tal/{seed}", input_dim=5, num_tr
 @pytest.fixture(scope="module")
 def oracle_results():
     settings = tal.TALSettings(num_rounds=1, batch_size=7)
-    return tal.run_tal(oracle_gp.make_oracle_gp_agent(), PROBLEMS, settings)
+    oracle = functools.partial(oracle_gp.make_oracle_gp_agent, oracle_gp.OracleGPConfig())
+    return tal.run_tal(oracle, PROBLEMS, settings)
 
 
 def test_batchmig_with_the_oracle_as_selection_model_beats_random_selection(oracle_results):
@@ -107,9 +109,9 @@ def test_a_single_model_takes_the_pool_in_order_and_has_no_metacorrelation():
     # Its covariance is 0: every criterion ties at 0 and takes the lowest free indices,
     # a uniformly random choice since the pool inputs are i.i.d.; it is retrained each round.
     problem = dataclasses.replace(PROBLEMS[0], num_pool=230)
-    agent = mlp.make_mlp_agent(mlp.MLPConfig(num_steps=5))
+    build = functools.partial(mlp.make_mlp_agent, mlp.MLPConfig(num_steps=5))
     settings = tal.TALSettings(num_rounds=3, batch_size=4, methods=("batchmig", "mig", "tig"))
-    (result,) = tal.run_tal(agent, [problem], settings)
+    (result,) = tal.run_tal(build, [problem], settings)
     for method, batches in result.selected.items():
         np.testing.assert_array_equal(batches, np.arange(12).reshape(3, 4), err_msg=method)
     assert math.isnan(result.metacorrelation)

@@ -15,6 +15,7 @@ from neural_testbed.agents import cnp
 # The contract test's regression problem and small config, so their programs compile once.
 PROBLEM = leaderboard.get_sweep("regression-quick")["regression/60"]
 SMALL = cnp.CNPConfig(num_steps=20, encoder=(16, 16), decoder=(16,))
+SHAPES = base.Shapes.of(PROBLEM)
 
 
 def _context(key, num, input_dim):
@@ -45,15 +46,18 @@ def test_the_context_is_averaged_over_pairs_whatever_their_order():
     assert np.all(variance > 0)
 
 
-def test_meta_training_sees_the_key_and_the_prior_only():
-    """Training on T pairs and on T + 5 other pairs under one key gives the same networks:
-    more pairs condition the same CNP; another key meta-trains another."""
+def test_meta_training_sees_the_key_the_prior_and_t_only():
+    """Training on T pairs and on T other pairs under one key gives the same networks:
+    other pairs condition the same CNP (so do more, while 2 T stays at most
+    largest_context_at_least); another key meta-trains another."""
     data, prior, _ = PROBLEM.instance()
-    train = jax.jit(cnp.make_cnp_agent(SMALL).train)
+    train = jax.jit(cnp.make_cnp_agent(SMALL, SHAPES).train)
     state = train(jax.random.key(0), data, prior)
-    more = train(jax.random.key(0), _context(jax.random.key(5), 15, PROBLEM.input_dim), prior)
-    jax.tree.map(np.testing.assert_array_equal, state.params, more.params)
-    assert more.context.x.shape == (15, PROBLEM.input_dim)
+    num_train = PROBLEM.num_train
+    other_pairs = train(jax.random.key(0), _context(jax.random.key(5), num_train,
+                                                    PROBLEM.input_dim), prior)
+    jax.tree.map(np.testing.assert_array_equal, state.params, other_pairs.params)
+    assert not np.array_equal(other_pairs.context.x, state.context.x)
     np.testing.assert_array_equal(state.context.y, data.y)
     other = train(jax.random.key(1), data, prior)
     assert not np.allclose(other.params.decoder[-1]["w"], state.params.decoder[-1]["w"])
@@ -66,7 +70,7 @@ def test_a_belief_sample_is_an_independent_normal_draw_at_each_input():
     params = cnp.init_cnp(jax.random.key(0), 3, SMALL)
     state = cnp.CNPState(params, _context(jax.random.key(1), 8, 3))
     x = jax.random.normal(jax.random.key(2), (3, 3))
-    enn = cnp.make_cnp_agent(SMALL).enn
+    enn = cnp.make_cnp_agent(SMALL, base.Shapes(3, 1)).enn
     num = 4000
     draws = jax.jit(jax.vmap(lambda key: enn.apply(state, x, enn.sample_index(key))))(
         jax.random.split(jax.random.key(4), num))[..., 0]
@@ -79,7 +83,7 @@ def test_a_belief_sample_is_an_independent_normal_draw_at_each_input():
 
 
 # The 1-d prior of regression-quick's T = 10 problems: contexts of 1 to 20 pairs.
-PRIOR_1D = base.RegressionPriorKnowledge(input_dim=1, num_train=10, kernel="relu_nngp",
+PRIOR_1D = base.RegressionPriorKnowledge(input_dim=1, kernel="relu_nngp",
                                          noise_variance=jnp.float32(0.01))
 NOISE = 0.01
 
@@ -88,7 +92,7 @@ def _meta_train(config):
     """The CNP meta-trained on PRIOR_1D from key 0, and the untrained networks it started from."""
     key = jax.random.key(0)
     empty = base.Data(jnp.zeros((10, 1)), jnp.zeros((10,)))
-    state = jax.jit(cnp.make_cnp_agent(config).train)(key, empty, PRIOR_1D)
+    state = jax.jit(cnp.make_cnp_agent(config, base.Shapes(1, 1)).train)(key, empty, PRIOR_1D)
     return state.params, cnp.init_cnp(jax.random.split(key)[0], 1, config)  # train's own start
 
 

@@ -2,17 +2,19 @@
 is in test_contract.py)."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural_testbed import agents, leaderboard, networks
+from neural_testbed import agents, base, leaderboard, networks
 from neural_testbed.agents import deep_kernel
 
 SMOKE = leaderboard.get_sweep("smoke")
 PROBLEM = next(p for p in SMOKE.values() if p.num_train == 10)
+SHAPES = base.Shapes.of(PROBLEM)
 TINY = deep_kernel.DeepKernelConfig(num_steps=100, hidden=(16, 6), sigma_squared=0.5)
 
 # Jitted once here: called eagerly, every primitive compiles on its own.
@@ -25,7 +27,7 @@ def trained():
     """The tiny config trained on a T = 10 problem, its training inputs and 3 test inputs."""
     _, data = leaderboard.load_problem(PROBLEM)
     prior = leaderboard.prior_knowledge(PROBLEM)
-    agent = agents.make_deep_kernel_agent(TINY)
+    agent = agents.make_deep_kernel_agent(TINY, SHAPES)
     state = jax.jit(agent.train)(jax.random.key(0), data, prior)
     x_test = np.random.default_rng(1).normal(size=(3, PROBLEM.input_dim)).astype(np.float32)
     return agent, state, np.asarray(data.x), x_test
@@ -105,7 +107,7 @@ def test_temperature_scaled_sigma_uses_sigma_squared_times_temperature():
     prior = leaderboard.prior_knowledge(PROBLEM)
     tied = dataclasses.replace(TINY, sigma_squared=2.0, temperature_scaled_sigma=True)
     plain = dataclasses.replace(TINY, sigma_squared=2.0 * prior.temperature)
-    a, b = (jax.jit(agents.make_deep_kernel_agent(c).train)(jax.random.key(0), data, prior)
+    a, b = (jax.jit(agents.make_deep_kernel_agent(c, SHAPES).train)(jax.random.key(0), data, prior)
             for c in (tied, plain))
     np.testing.assert_allclose(a.sample_matrix, b.sample_matrix, rtol=1e-5, atol=1e-6)
 
@@ -114,7 +116,7 @@ def test_temperature_scaled_sigma_uses_sigma_squared_times_temperature():
 def test_normalised_features_have_unit_length(normalization):
     config = dataclasses.replace(TINY, normalization=normalization)
     _, data = leaderboard.load_problem(PROBLEM)
-    agent = agents.make_deep_kernel_agent(config)
+    agent = agents.make_deep_kernel_agent(config, SHAPES)
     state = jax.jit(agent.train)(jax.random.key(0), data, leaderboard.prior_knowledge(PROBLEM))
     phi, _ = _features_and_logits(state.params, data.x, normalization)
     norms = np.linalg.norm(phi, axis=-1)
@@ -144,8 +146,8 @@ def test_runs_through_the_leaderboard_with_finite_kls():
     """Two smoke problems, N and M cut to 100 so that it takes seconds."""
     problems = [dataclasses.replace(p, num_test=100, num_samples=100)
                 for p in list(SMOKE.values())[:2]]
-    rows = leaderboard.run_agent(agents.make_deep_kernel_agent(TINY), problems, "deep_kernel",
-                                 config=TINY, progress=False)
+    rows = leaderboard.run_agent(functools.partial(agents.make_deep_kernel_agent, TINY), problems,
+                                 "deep_kernel", config=TINY, progress=False)
     assert len(rows) == 4 and all(r.status == "ok" for r in rows), rows
     assert all(np.isfinite(r.kl) and r.kl > -0.5 for r in rows), [r.kl for r in rows]
 

@@ -1,6 +1,7 @@
 """The epinet agent: base network, index, fixed priors, configs, sweep, and a leaderboard run."""
 
 import dataclasses
+import functools
 
 import jax
 import numpy as np
@@ -14,6 +15,7 @@ from neural_testbed.agents import epinet
 SMALL = epinet.EpinetConfig(num_steps=100, index_dim=4, num_index_samples=4,
                             epinet_prior_scale=0.5)
 TEMPERATURES = (1.0, 0.3, 0.1)  # additive prior scales 0.3 / temperature = 0.3, 1, 3
+SHAPES = base.Shapes(input_dim=2, num_outputs=2)  # the toy data's
 
 
 def _toy_data(num_train=20, input_dim=2):
@@ -21,16 +23,16 @@ def _toy_data(num_train=20, input_dim=2):
     return base.Data(x=x, y=(x[:, 0] > 0).astype(np.int32))
 
 
-def _prior(temperature, num_train=20, input_dim=2):
-    return base.PriorKnowledge(input_dim=input_dim, num_classes=2, num_train=num_train,
-                               env_hidden=(50, 50), temperature=temperature)
+def _prior(temperature, input_dim=2):
+    return base.PriorKnowledge(input_dim=input_dim, num_classes=2, env_hidden=(50, 50),
+                               temperature=temperature)
 
 
 @pytest.fixture(scope="module")
 def trained():
     """SMALL trained on one data set at each of TEMPERATURES, as the runner
     trains problems: ``jit(vmap(train))`` with a traced temperature."""
-    agent = epinet.make_epinet_agent(SMALL)
+    agent = epinet.make_epinet_agent(SMALL, SHAPES)
     data = _toy_data()
     num = len(TEMPERATURES)
     priors = _prior(np.asarray(TEMPERATURES, np.float32))
@@ -41,7 +43,7 @@ def trained():
     return agent, [jax.tree.map(lambda a: a[i], states) for i in range(num)]
 
 
-_apply = jax.jit(epinet.make_epinet_agent(SMALL).enn.apply)
+_apply = jax.jit(epinet.make_epinet_agent(SMALL, SHAPES).enn.apply)
 _apply_indices = jax.jit(jax.vmap(_apply, in_axes=(None, None, 0)))
 
 
@@ -138,6 +140,22 @@ def test_training_is_ten_times_longer_beyond_500_points_per_dimension():
     np.testing.assert_allclose(epinet.l2_scale(0.2, 10, 2), 0.2 * 0.2 ** 0.7)
 
 
+def test_padded_training_stops_at_the_steps_of_its_own_t():
+    """T = 10 in 2-d is below the ratio, the 30 padded rows above it: the padded program
+    runs twice the steps and this problem's state stops changing after its own count
+    (train_minibatch's num_active_steps), so it is the state trained unpadded."""
+    config = dataclasses.replace(SMALL, num_steps=20, large_data_ratio=10.0,
+                                 large_data_steps_factor=2)
+    data, prior = _toy_data(num_train=10), _prior(0.1)
+    mask = np.arange(30) < 10
+    padded = base.Data(np.concatenate([data.x, np.full((20, 2), 1e3, np.float32)]),
+                       np.concatenate([data.y, np.zeros(20, np.int32)]), mask)
+    train = jax.jit(epinet.make_epinet_agent(config, SHAPES).train)
+    for a, b in zip(jax.tree.leaves(train(jax.random.key(0), padded, prior)),
+                    jax.tree.leaves(train(jax.random.key(0), data, prior))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("changes", [
     {"index_dim": 0}, {"index_dim": 2.0}, {"num_index_samples": 0},
     {"epinet_hidden": (15, 0)}, {"prior_hidden": [5]}, {"prior_scale": -0.1},
@@ -185,8 +203,8 @@ def test_runs_through_the_leaderboard_with_finite_kl():
                 for p in leaderboard.get_sweep("smoke").values() if p.num_train == 10]
     assert len(problems) == 2
     config = dataclasses.replace(SMALL, epinet_prior_scale=0.0)
-    rows = leaderboard.run_agent(epinet.make_epinet_agent(config), problems, "epinet",
-                                 config=config, progress=False)
+    rows = leaderboard.run_agent(functools.partial(epinet.make_epinet_agent, config), problems,
+                                 "epinet", config=config, progress=False)
     assert len(rows) == 2 * len(problems[0].taus)
     for row in rows:
         assert row.status == "ok", row.error

@@ -19,8 +19,9 @@ def test_the_environments_kernel_unfitted_is_the_oracle():
     """relu_nngp at the environment's variances, plus the ridge the oracle's prior includes,
     conditioned on the same pairs and noise: the same posterior, and the same draw per key."""
     data, prior, env = PROBLEM.instance()
-    agent = gp.make_gp_agent(gp.GPConfig(fit=False))
-    oracle = oracle_gp.make_oracle_gp_agent()
+    shapes = base.Shapes.of(PROBLEM)
+    agent = gp.make_gp_agent(gp.GPConfig(fit=False), shapes)
+    oracle = oracle_gp.make_oracle_gp_agent(oracle_gp.OracleGPConfig(), shapes)
     state = jax.jit(agent.train)(jax.random.key(0), data, prior)
     oracle_state = jax.jit(oracle.train)(jax.random.key(0), data, prior)
     x = np.asarray(env.pool_x)[:50]
@@ -61,9 +62,9 @@ def test_fitting_recovers_an_rbf_lengthscale():
 
     data = draw(jax.random.key(7))
     x = data.x
-    prior = base.RegressionPriorKnowledge(input_dim=d, num_train=num_train, kernel="relu_nngp",
+    prior = base.RegressionPriorKnowledge(input_dim=d, kernel="relu_nngp",
                                           noise_variance=jnp.float32(noise))
-    state = jax.jit(gp.make_gp_agent(gp.GPConfig(kernel="rbf")).train)(
+    state = jax.jit(gp.make_gp_agent(gp.GPConfig(kernel="rbf"), base.Shapes(d, 1)).train)(
         jax.random.key(0), data, prior)
 
     def covariance(log_params):

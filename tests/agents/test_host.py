@@ -36,7 +36,7 @@ def test_a_host_agent_that_knows_the_environment_scores_zero():
         return _numpy_mlp(state.params, x) / float(state.temperature)
 
     agent = base.HostAgent(train, sample, num_indices=1)
-    rows = leaderboard.run_agent(agent, [problem], "oracle", progress=False)
+    rows = leaderboard.run_agent(lambda shapes: agent, [problem], "oracle", progress=False)
     assert [r.status for r in rows] == ["ok", "ok"]
     assert all(abs(r.kl) < 1e-4 for r in rows), [r.kl for r in rows]
 
@@ -57,7 +57,8 @@ def test_belief_samples_are_batched_into_few_calls_with_fresh_seeds():
 
     problem = _small("classification_2d/111", num_test=50, num_samples=20)
     problem = dataclasses.replace(problem, taus=(1, 10))
-    rows = leaderboard.run_agent(base.HostAgent(train, sample), [problem], "noisy", progress=False)
+    rows = leaderboard.run_agent(lambda shapes: base.HostAgent(train, sample), [problem], "noisy",
+                                 progress=False)
     assert all(r.status == "ok" for r in rows), rows
     assert sum(calls) == 2 * 50 * 20  # every (test sample, belief sample) of both taus
     assert len(calls) <= 4  # in a few large batches
@@ -67,7 +68,7 @@ def test_belief_samples_are_batched_into_few_calls_with_fresh_seeds():
 
 def test_a_host_agent_that_raises_gets_a_failed_row_and_others_run():
     def train(seed, data, prior):
-        if prior.num_train == 10:
+        if len(data.x) == 10:
             raise RuntimeError("host training failed")
         return None
 
@@ -75,8 +76,8 @@ def test_a_host_agent_that_raises_gets_a_failed_row_and_others_run():
         return np.zeros(x.shape[:2] + (2,))
 
     problems = [_small("classification_2d/90"), _small("classification_2d/110")]  # T=10, T=100
-    rows = leaderboard.run_agent(base.HostAgent(train, sample, 1), problems, "flaky",
-                                 progress=False)
+    rows = leaderboard.run_agent(lambda shapes: base.HostAgent(train, sample, 1), problems,
+                                 "flaky", progress=False)
     status = {(r.problem_id, r.tau): (r.status, r.error) for r in rows}
     assert status[("classification_2d/90", 1)][0] == "failed"
     assert "host training failed" in status[("classification_2d/90", 1)][1]
@@ -99,9 +100,8 @@ def test_unusable_logits_are_a_one_line_failed_row_and_no_traceback(logits, erro
     problems = [_small("classification_2d/90"), _small("classification_2d/91")]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # NumPy's ComplexWarning of a cast to real
-        rows = leaderboard.run_agent(base.HostAgent(lambda s, d, p: None,
-                                                    lambda s, x, i: logits(x), 1),
-                                     problems, "wrong", progress=False)
+        agent = base.HostAgent(lambda s, d, p: None, lambda s, x, i: logits(x), 1)
+        rows = leaderboard.run_agent(lambda shapes: agent, problems, "wrong", progress=False)
     assert [(r.status, r.error) for r in rows] == [("failed", error)] * 4
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     assert len(caplog.records) == 3  # the batch, then each problem, one line each
@@ -111,8 +111,8 @@ def test_complex_logits_of_a_jax_agent_are_a_one_line_failed_row():
     agent = base.Agent(lambda key, data, prior: jnp.zeros(()), base.ENN(
         lambda state, x, index: jnp.zeros((x.shape[0], 2), jnp.complex64),
         lambda key: jnp.zeros((), jnp.int32), 1))
-    rows = leaderboard.run_agent(agent, [_small("classification_2d/90")], "complex",
-                                 progress=False)
+    rows = leaderboard.run_agent(lambda shapes: agent, [_small("classification_2d/90")],
+                                 "complex", progress=False)
     assert {(r.status, r.error) for r in rows} == {(
         "failed", "ValueError: agent returned logits of dtype complex64; logits must be real "
                   "numbers")}

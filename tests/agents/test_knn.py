@@ -1,5 +1,7 @@
 """The knn agent: known answers on hand-built data."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,8 +9,7 @@ import pytest
 
 from neural_testbed import agents, base, leaderboard
 
-PRIOR = base.PriorKnowledge(input_dim=2, num_classes=3, num_train=5, env_hidden=(50, 50),
-                            temperature=0.1)
+PRIOR = base.PriorKnowledge(input_dim=2, num_classes=3, env_hidden=(50, 50), temperature=0.1)
 DATA = base.Data(x=jnp.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [5.0, 5.0], [6.0, 5.0]]),
                  y=jnp.array([0, 0, 1, 2, 2], jnp.int32))
 
@@ -16,7 +17,7 @@ DATA = base.Data(x=jnp.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [5.0, 5.0], [6
 def _probs(config, x, data=DATA, prior=PRIOR):
     """Train, sample an index, apply and softmax: one jitted program rather than each
     primitive compiled on its own."""
-    agent = agents.make_knn_agent(config)
+    agent = agents.make_knn_agent(config, base.Shapes(prior.input_dim, prior.num_classes))
 
     @jax.jit
     def probs(data, x):
@@ -55,7 +56,7 @@ def test_nearest_neighbours_vote_and_probabilities_are_truncated():
 def test_distance_weights_favour_the_closer_neighbour():
     """x at distance 0.25 from a class-0 point and 0.75 from a class-1 point: votes 4 : 4/3."""
     data = base.Data(x=jnp.array([[0.0, 0.0], [1.0, 0.0]]), y=jnp.array([0, 1], jnp.int32))
-    prior = PRIOR.replace(num_classes=2, num_train=2)
+    prior = PRIOR.replace(num_classes=2)
     x = jnp.array([[0.25, 0.0]])
     probs = _probs(agents.KnnConfig(num_neighbors=2, weighting="distance"), x, data, prior)
     np.testing.assert_allclose(probs, [[0.75, 0.25]], rtol=1e-5)
@@ -93,7 +94,8 @@ def test_sweep_is_the_papers_grid():
 def test_runs_through_the_runner_with_the_product_of_marginals():
     """One model: its d_KL^100 is finite and at least its d_KL^1 (it cannot model joints)."""
     problems = [p for p in leaderboard.get_sweep("smoke").values()][:2]
-    rows = leaderboard.run_agent(agents.make_knn_agent(), problems, "knn", progress=False)
+    build = functools.partial(agents.make_knn_agent, agents.KnnConfig())
+    rows = leaderboard.run_agent(build, problems, "knn", progress=False)
     assert all(r.status == "ok" and r.num_clipped == 0 for r in rows)
     by = {(r.problem_id, r.tau): r.kl for r in rows}
     for p in problems:

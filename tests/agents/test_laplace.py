@@ -8,11 +8,12 @@ import jax
 import numpy as np
 import pytest
 
-from neural_testbed import agents, leaderboard
+from neural_testbed import agents, base, leaderboard
 from neural_testbed.agents import laplace
 
 SMOKE = leaderboard.get_sweep("smoke")
 PROBLEM = next(p for p in SMOKE.values() if p.num_train == 10)
+SHAPES = base.Shapes.of(PROBLEM)
 TINY = laplace.LaplaceConfig(num_steps=100, hidden=(16, 8))
 NUM_SAMPLES = 2000
 
@@ -23,7 +24,7 @@ _last_layer_features = jax.jit(laplace.last_layer_features)
 def _train(config):
     _, data = leaderboard.load_problem(PROBLEM)
     prior = leaderboard.prior_knowledge(PROBLEM)
-    agent = agents.make_laplace_agent(config)
+    agent = agents.make_laplace_agent(config, SHAPES)
     return agent, jax.jit(agent.train)(jax.random.key(0), data, prior)
 
 
@@ -73,7 +74,7 @@ def test_samples_collapse_onto_the_mlp_as_the_prior_precision_grows():
     agent's prediction (same config, same key) to within 6 sd: |delta logit| <=
     6e-4 * |[phi(x); 1]|, the bound a weight noise of covariance <= 1e-8 I gives."""
     agent, state = _train(dataclasses.replace(TINY, prior_precision=1e8))
-    mlp_agent = agents.make_mlp_agent(TINY.mlp_config())
+    mlp_agent = agents.make_mlp_agent(TINY.mlp_config(), SHAPES)
     _, data = leaderboard.load_problem(PROBLEM)
     mlp_params = jax.jit(mlp_agent.train)(jax.random.key(0), data,
                                           leaderboard.prior_knowledge(PROBLEM))
@@ -112,7 +113,7 @@ def test_logit_covariance_is_the_laplace_posteriors(tiny):
     agent, state = tiny
     _, data = leaderboard.load_problem(PROBLEM)
     train_features = np.asarray(_last_layer_features(state.params, data.x), np.float64)
-    mean_net = jax.jit(agents.make_mlp_agent(TINY.mlp_config()).enn.apply)
+    mean_net = jax.jit(agents.make_mlp_agent(TINY.mlp_config(), SHAPES).enn.apply)
     train_logits = np.asarray(mean_net(state.params, data.x, 0), np.float64)
     p = np.exp(train_logits - train_logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
@@ -140,8 +141,8 @@ def test_runs_through_the_leaderboard_with_finite_kls():
     """Two smoke problems, N and M cut to 100 so that it takes seconds."""
     problems = [dataclasses.replace(p, num_test=100, num_samples=100)
                 for p in list(SMOKE.values())[:2]]
-    rows = leaderboard.run_agent(agents.make_laplace_agent(TINY), problems, "laplace",
-                                 config=TINY, progress=False)
+    rows = leaderboard.run_agent(functools.partial(agents.make_laplace_agent, TINY), problems,
+                                 "laplace", config=TINY, progress=False)
     assert len(rows) == 4 and all(r.status == "ok" for r in rows), rows
     assert all(np.isfinite(r.kl) and r.kl > -0.5 for r in rows), [r.kl for r in rows]
 

@@ -1,6 +1,7 @@
 """The mlp agent: learning (its contract is in test_contract.py)."""
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from neural_testbed import agents, leaderboard
 
 PAPER = leaderboard.get_sweep("paper")
+DEFAULT = functools.partial(agents.make_mlp_agent, agents.MLPConfig())  # shapes -> agent
 
 
 def _problems(temperature, num_trains, seeds, taus=(1,)):
@@ -22,7 +24,7 @@ def _problems(temperature, num_trains, seeds, taus=(1,)):
 def test_kl_falls_as_training_data_grows():
     """Temperature 0.1, seeds 0-3: mean tau=1 KL strictly decreases over T = 10, 100, 1000."""
     rows = leaderboard.run_agent(
-        agents.make_mlp_agent(), _problems(0.1, (10, 100, 1000), range(4)), "mlp", progress=False)
+        DEFAULT, _problems(0.1, (10, 100, 1000), range(4)), "mlp", progress=False)
     mean_kl = {t: np.mean([r.kl for r in rows if r.num_train == t]) for t in (10, 100, 1000)}
     assert mean_kl[10] > mean_kl[100] > mean_kl[1000], mean_kl
 
@@ -30,7 +32,7 @@ def test_kl_falls_as_training_data_grows():
 @pytest.mark.slow
 def test_accurate_on_plenty_of_low_noise_data():
     rows = leaderboard.run_agent(
-        agents.make_mlp_agent(), _problems(0.01, (1000,), range(3)), "mlp", progress=False)
+        DEFAULT, _problems(0.01, (1000,), range(3)), "mlp", progress=False)
     assert all(r.accuracy > 0.9 for r in rows), [r.accuracy for r in rows]
 
 

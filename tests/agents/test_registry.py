@@ -20,6 +20,25 @@ def test_every_agent_default_is_in_its_type_and_sweep_is_nonempty():
         assert all(isinstance(c, spec.config_type) for c in spec.sweep()), name
 
 
+def test_a_make_written_before_shapes_is_refused_in_one_line_saying_what_changed():
+    def make_old_agent(config):  # today's agents are built knowing the problem's shapes
+        return agents.make_mlp_agent(config, None)
+
+    with pytest.raises(TypeError, match=r"^make must take \(config, shapes\): agents are now "
+                                        r"built knowing the problem's shapes \(base.Shapes: "
+                                        r"input_dim, num_outputs\); .*make_old_agent\(config\) "
+                                        r"does not$"):
+        agents.AgentSpec(agents.MLPConfig, agents.MLPConfig(), lambda: (), make_old_agent)
+
+
+@pytest.mark.parametrize("batchable", [("num_steps",), ("nope",), "learning_rate"])
+def test_batchable_names_float_fields_of_the_config(batchable):
+    with pytest.raises(ValueError, match=r"^batchable must be a tuple of float fields of "
+                                         r"MLPConfig \(learning_rate, l2_weight_decay\), got"):
+        agents.AgentSpec(agents.MLPConfig, agents.MLPConfig(), lambda: (),
+                         agents.make_mlp_agent, batchable=batchable)
+
+
 @pytest.fixture
 def user_agents():
     """The users' agents as they were before the test, afterwards."""

@@ -33,8 +33,9 @@ from neural_testbed.agents import (
 
 NOISE_VARIANCE = 0.04
 NUM_TRAIN, INPUT_DIM = 8, 2
-PRIOR = base.RegressionPriorKnowledge(input_dim=INPUT_DIM, num_train=NUM_TRAIN,
-                                      kernel="relu_nngp", noise_variance=NOISE_VARIANCE)
+PRIOR = base.RegressionPriorKnowledge(input_dim=INPUT_DIM, kernel="relu_nngp",
+                                      noise_variance=NOISE_VARIANCE)
+SHAPES = base.Shapes(input_dim=INPUT_DIM, num_outputs=1)
 _x = np.random.default_rng(0).normal(size=(NUM_TRAIN, INPUT_DIM))
 DATA = base.Data(x=jnp.asarray(_x, jnp.float32),
                  y=jnp.asarray(np.sin(2 * _x[:, 0]) + 0.5 * _x[:, 1], jnp.float32))
@@ -80,11 +81,11 @@ def test_data_loss_is_the_gaussian_negative_log_likelihood_up_to_its_constant():
                                           np.sqrt(NOISE_VARIANCE))
     constant = 0.5 * np.log(2 * np.pi * NOISE_VARIANCE)
     np.testing.assert_allclose(loss, -log_density - constant, rtol=1e-5, atol=1e-5)
-    assert training.output_size(PRIOR) == 1 and training.temperature(PRIOR) == 1.0
+    assert training.temperature(PRIOR) == 1.0
 
 
 def test_dropout_trains_on_the_gaussian_likelihood(monkeypatch):
-    agent = dropout.make_dropout_agent(dropout.DropoutConfig(dropout_rate=0.0))  # masks are 1
+    agent = dropout.make_dropout_agent(dropout.DropoutConfig(dropout_rate=0.0), SHAPES)  # masks 1
 
     def evaluate(params, loss_fn, data, _):
         return (agent.enn.apply(params, DATA.x, jax.random.key(3)),
@@ -99,7 +100,7 @@ def test_bbb_loss_is_the_gaussian_elbo_with_the_kl_weighted_by_d_over_t(monkeypa
     """With every posterior stddev 1e-6 the weight draws are the means (to 1e-6), so the
     data term is the means' Gaussian NLL; the KL is exact, weighted d / T (temperature 1)."""
     config = bbb.BBBConfig(hidden=(4,))  # 17 parameters, so the KL does not swamp the data term
-    agent = bbb.make_bbb_agent(config)
+    agent = bbb.make_bbb_agent(config, SHAPES)
     stddev = 1e-6
 
     def evaluate(posterior, loss_fn, data, _):
@@ -119,18 +120,18 @@ def test_bbb_loss_is_the_gaussian_elbo_with_the_kl_weighted_by_d_over_t(monkeypa
 
 
 def test_sgmcmc_potential_is_the_gaussian_log_posterior(monkeypatch):
-    """The chain's loss is the per-pair Gaussian NLL; its weight prior's L2 is d / (lambda T)
+    """The chain's loss is the Gaussian NLL of each pair; its weight prior's L2 is d / (lambda T)
     (variance lambda / (2 d): temperature 1)."""
     config = sgmcmc.SGMCMCConfig(num_steps=2, burn_in=1, snapshot_every=1)
-    agent = sgmcmc.make_sgmcmc_agent(config)
+    agent = sgmcmc.make_sgmcmc_agent(config, SHAPES)
 
     def evaluate(snapshots, loss_fn, data, params):
-        return agent.enn.apply(snapshots, DATA.x, 0), loss_fn(params, data)
+        return agent.enn.apply(snapshots, DATA.x, 0), loss_fn(params, data).mean()
 
     _, (outputs, loss), data = _caught(monkeypatch, agent, evaluate, sgmcmc, "run_chain")
     assert data is DATA
     np.testing.assert_allclose(loss, _gaussian_nll(outputs, DATA.y), rtol=1e-5)
-    np.testing.assert_allclose(sgmcmc._l2_scale(config, PRIOR),
+    np.testing.assert_allclose(sgmcmc._l2_scale(config, NUM_TRAIN, PRIOR),
                                INPUT_DIM / (config.prior_variance * NUM_TRAIN), rtol=1e-6)
 
 
@@ -138,7 +139,7 @@ def test_ensemble_plus_members_with_their_priors_train_on_the_gaussian_likelihoo
     """Every member, prior function included (scale prior_scale: temperature 1), against
     the targets of the drawn points."""
     config = ensemble_plus.EnsemblePlusConfig(num_ensemble=3)
-    agent = ensemble_plus.make_ensemble_plus_agent(config)
+    agent = ensemble_plus.make_ensemble_plus_agent(config, SHAPES)
     ids = np.array([0, 3, 3, 5])
 
     def evaluate(state, loss_fn, point_ids, _):
@@ -154,7 +155,7 @@ def test_ensemble_plus_members_with_their_priors_train_on_the_gaussian_likelihoo
 def test_hypermodel_trains_on_the_gaussian_likelihood(monkeypatch):
     """A hypermodel whose index weights ``a`` are zero is one network for every index."""
     config = hypermodel.HypermodelConfig(prior_scale=0.0, num_index_samples=4)
-    agent = hypermodel.make_hypermodel_agent(config)
+    agent = hypermodel.make_hypermodel_agent(config, SHAPES)
 
     def evaluate(state, loss_fn, point_ids, _):
         known = state.params._replace(a=jax.tree.map(jnp.zeros_like, state.params.a))
@@ -165,14 +166,14 @@ def test_hypermodel_trains_on_the_gaussian_likelihood(monkeypatch):
     np.testing.assert_allclose(loss, _gaussian_nll(f, DATA.y), rtol=1e-5)
     # The prior's scale is prior_scale itself on regression (temperature 1).
     scaled = _caught(monkeypatch, hypermodel.make_hypermodel_agent(
-        dataclasses.replace(config, prior_scale=2.0, temperature_scaling="linear")))[0]
+        dataclasses.replace(config, prior_scale=2.0, temperature_scaling="linear"), SHAPES))[0]
     np.testing.assert_allclose(scaled.prior_scale, 2.0, rtol=1e-6)
 
 
 def test_epinet_trains_on_the_gaussian_likelihood(monkeypatch):
     """With the learnable epinet zeroed and no prior, every index is the base network."""
     config = epinet.EpinetConfig(prior_scale=0.0, index_dim=4, num_index_samples=4)
-    agent = epinet.make_epinet_agent(config)
+    agent = epinet.make_epinet_agent(config, SHAPES)
 
     def evaluate(state, loss_fn, data, params):
         zeroed = jax.tree.map(jnp.zeros_like, state.epinet)
@@ -183,19 +184,19 @@ def test_epinet_trains_on_the_gaussian_likelihood(monkeypatch):
     assert data is DATA
     np.testing.assert_allclose(loss, _gaussian_nll(f, DATA.y), rtol=1e-5)
     scaled = _caught(monkeypatch, epinet.make_epinet_agent(
-        dataclasses.replace(config, prior_scale=0.3)))[0]
+        dataclasses.replace(config, prior_scale=0.3), SHAPES))[0]
     np.testing.assert_allclose(scaled.prior_scale, 0.3, rtol=1e-6)  # temperature 1
 
 
 def test_ensemble_plus_regression_environment_prior_is_the_kernels_network(monkeypatch):
     config = ensemble_plus.EnsemblePlusConfig(num_ensemble=2)
-    state = _caught(monkeypatch, ensemble_plus.make_ensemble_plus_agent(config))[0]
+    state = _caught(monkeypatch, ensemble_plus.make_ensemble_plus_agent(config, SHAPES))[0]
     shapes = [tuple(leaf.shape) for leaf in jax.tree.leaves(state.prior_params)]
     width = ensemble_plus.REGRESSION_PRIOR_WIDTH
     assert sorted(shapes) == sorted([(2, INPUT_DIM, width), (2, width), (2, width, 1), (2, 1)])
     assert np.all(np.asarray(state.prior_params[1]["b"]) == 0)  # no output bias, as the kernel
     other_kernel = dataclasses.replace(PRIOR, kernel="rbf")
-    train = jax.jit(lambda key: ensemble_plus.make_ensemble_plus_agent(config).train(
+    train = jax.jit(lambda key: ensemble_plus.make_ensemble_plus_agent(config, SHAPES).train(
         key, DATA, other_kernel))  # refused while tracing: nothing is compiled
     with pytest.raises(ValueError, match="draws networks of the 'relu_nngp' kernel, got 'rbf'"):
         train(jax.random.key(0))
@@ -204,7 +205,7 @@ def test_ensemble_plus_regression_environment_prior_is_the_kernels_network(monke
 def test_the_vae_prior_is_refused_on_regression_in_one_line(tmp_path, capsys):
     config = ensemble_plus.EnsemblePlusConfig(num_ensemble=2, prior_function="vae")
     with pytest.raises(ValueError, match="prior_function='vae' is for classification only"):
-        ensemble_plus.make_ensemble_plus_agent(config).train(jax.random.key(0), DATA, PRIOR)
+        ensemble_plus.make_ensemble_plus_agent(config, SHAPES).train(jax.random.key(0), DATA, PRIOR)
     ensemble_plus.check_target(config, "classification")  # allowed there
     spec = registry.get_agent("ensemble+")
     assert spec.check_target is ensemble_plus.check_target

@@ -1,11 +1,12 @@
 """The README's PyTorch MC-dropout agent (examples/torch_dropout.py), run as a user would."""
 
+import functools
 import pathlib
 
 import numpy as np
 import pytest
 
-from neural_testbed import agents, leaderboard
+from neural_testbed import agents, base, leaderboard
 from neural_testbed.agents import plugins
 
 torch = pytest.importorskip("torch", reason="the PyTorch example needs torch")
@@ -31,15 +32,17 @@ def test_the_readme_shows_the_example_as_it_is():
 def test_runs_through_the_runner_with_fresh_networks_per_belief_sample(module):
     config = module.TorchDropoutConfig(num_steps=50)
     problems = list(leaderboard.get_sweep("smoke").values())[:1]
-    rows = leaderboard.run_agent(module.make_torch_dropout(config), problems, "torch_dropout",
-                                 config=config, progress=False)
+    rows = leaderboard.run_agent(functools.partial(module.make_torch_dropout, config), problems,
+                                 "torch_dropout", config=config, progress=False)
     assert [r.status for r in rows] == ["ok", "ok"], [r.error for r in rows]
     assert all(np.isfinite(r.kl) and r.kl_stderr > 0 for r in rows)
 
 
 def test_one_seed_is_one_network_for_all_its_inputs(module):
-    agent = module.make_torch_dropout(module.TorchDropoutConfig(num_steps=5, dropout_rate=0.5))
-    data, prior, _ = leaderboard.get_sweep("smoke")["classification_2d/90"].instance()
+    problem = leaderboard.get_sweep("smoke")["classification_2d/90"]
+    agent = module.make_torch_dropout(module.TorchDropoutConfig(num_steps=5, dropout_rate=0.5),
+                                      base.Shapes.of(problem))
+    data, prior, _ = problem.instance()
     import jax
 
     layers = agent.train(0, jax.device_get(data), prior)

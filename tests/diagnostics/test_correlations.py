@@ -17,6 +17,7 @@ from neural_testbed.evaluation import regression
 PROBLEM = gp_regression.GPRegressionProblem(
     "regression/0", input_dim=2, num_train=10, seed=3, num_pool=60, num_probes=30,
     num_test=20, num_samples=1000, taus=(1,))
+ORACLE = oracle_gp.make_oracle_gp_agent(oracle_gp.OracleGPConfig(), base.Shapes.of(PROBLEM))
 
 
 def _diagnostics(agent, seeds):
@@ -51,7 +52,7 @@ def test_the_exact_posterior_has_metacorrelation_one():
     # Sample correlations from M = 1000 draws are off by about 1 / sqrt(M) per pair,
     # so the metacorrelation is just under 1; the bound is 4 SE of the 8 repeats below 1,
     # allowing the estimate's O(1/M) downward bias.
-    mean, stderr = _spread(oracle_gp.make_oracle_gp_agent())
+    mean, stderr = _spread(ORACLE)
     assert 1 - mean < 4 * stderr + 0.005, (mean, stderr)
 
 
@@ -107,7 +108,7 @@ def test_the_exact_posteriors_xll_is_its_own_joint_log_likelihood():
     y = np.asarray(PROBLEM.instance().env.probe_y, np.float64)
     exact = np.mean([stats.multivariate_normal(mean[b], covariance[np.ix_(b, b)]).logpdf(y[b])
                      for b in _oracle_batches(covariance)])
-    agent = oracle_gp.make_oracle_gp_agent()
+    agent = ORACLE
     values = np.array([float(d.xll) for d in _diagnostics(agent, range(20, 28))[0]])
     stderr = values.std(ddof=1) / np.sqrt(len(values))
     assert abs(values.mean() - exact) < 4 * stderr + 0.01, (values.mean(), exact, stderr)

@@ -177,12 +177,13 @@ def _retrained_and_closed_form(instance, added, k):
     """The exact posterior's variance of f at the pool: given D, given D and the first k
     added pairs (the oracle trained again), and the latter in closed form from the former."""
     data, prior, env = instance
-    agent = oracle_gp.make_oracle_gp_agent()
+    agent = oracle_gp.make_oracle_gp_agent(oracle_gp.OracleGPConfig(),
+                                           base.Shapes(prior.input_dim, 1))
     state = agent.train(jax.random.key(0), data, prior)
     before = jnp.diag(oracle_gp.posterior(state, env.pool_x)[1])
     more = base.Data(jnp.concatenate([data.x, added.x[:k]]),
                      jnp.concatenate([data.y, added.y[:k]]))
-    retrained = agent.train(jax.random.key(0), more, prior.replace(num_train=data.x.shape[0] + k))
+    retrained = agent.train(jax.random.key(0), more, prior)
     after = jnp.diag(oracle_gp.posterior(retrained, env.pool_x)[1])
     # Closed form: the posterior given D, conditioned on the k noisy pairs.
     num_pool = env.pool_x.shape[0]

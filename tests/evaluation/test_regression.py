@@ -32,7 +32,7 @@ def test_the_oracle_scores_its_closed_form_kl(tau, estimator):
         "regression/0", input_dim=2, num_train=20, seed=1, num_pool=200, num_test=800,
         num_samples=2000, taus=(tau,))
     data, prior, env = problem.instance()
-    agent = oracle_gp.make_oracle_gp_agent()
+    agent = oracle_gp.make_oracle_gp_agent(oracle_gp.OracleGPConfig(), base.Shapes.of(problem))
     state = jax.jit(agent.train)(jax.random.key(0), data, prior)
     test = problem.sample_test(jax.random.key(5), env, tau)
     evaluate = regression.make_regression_evaluator(agent.enn, tau, 1, problem.num_samples,
@@ -61,7 +61,7 @@ def test_the_evaluator_runs_the_whole_problem_and_its_stderr_covers_the_spread()
         "regression/0", input_dim=2, num_train=20, seed=2, num_pool=200, num_test=200,
         num_samples=200, taus=(10,))
     data, prior, env = problem.instance()
-    agent = oracle_gp.make_oracle_gp_agent()
+    agent = oracle_gp.make_oracle_gp_agent(oracle_gp.OracleGPConfig(), base.Shapes.of(problem))
     state = jax.jit(agent.train)(jax.random.key(0), data, prior)
     test = problem.sample_test(jax.random.key(5), env, 10)
     evaluate = jax.jit(regression.make_regression_evaluator(agent.enn, 10, 200, 200))

@@ -106,17 +106,17 @@ def test_no_usable_rows_is_a_clear_error(tmp_path):
 
 
 def test_agent_samples_figure(tmp_path):
-    agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20))
     problem = leaderboard.get_sweep("paper")["classification_2d/17"]
+    agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20), base.Shapes.of(problem))
     path = figures.figure_agent_samples(jax.random.key(0), agent, problem, tmp_path / "f5.png",
                                       grid_size=40)
     assert _png_size(path) == (1600, 400)  # 5 panels of 3 inches + 1 for the colour bar
 
 
 def test_agent_samples_needs_2d_inputs(tmp_path):
-    agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20))
     problem = dataclasses.replace(leaderboard.get_sweep("paper")["classification_2d/17"],
                                   input_dim=3)
+    agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20), base.Shapes.of(problem))
     with pytest.raises(ValueError, match="input_dim=3"):
         figures.figure_agent_samples(jax.random.key(0), agent, problem, tmp_path / "f5.png")
     assert not (tmp_path / "f5.png").exists()

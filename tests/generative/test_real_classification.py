@@ -54,8 +54,10 @@ def test_nll_minus_conditional_entropy_is_the_synthetic_kl(tmp_path):
                                   np.sort(np.asarray(data.x), axis=0))  # same pairs
 
     agent = _scaled_environment_agent(env)
-    synthetic = {r.tau: r for r in leaderboard.run_agent(agent, [SYNTHETIC], progress=False)}
-    nll = {r.tau: r for r in leaderboard.run_agent(agent, [problem], progress=False)}
+    synthetic = {r.tau: r for r in leaderboard.run_agent(lambda shapes: agent, [SYNTHETIC],
+                                                         progress=False)}
+    nll = {r.tau: r for r in leaderboard.run_agent(lambda shapes: agent, [problem],
+                                                   progress=False)}
     probs = jax.nn.softmax(generative.environment_logits(env, jnp.asarray(x_test)))
     entropy = np.asarray(-jnp.sum(probs * jnp.log(probs), axis=-1), np.float64)
     for tau in SYNTHETIC.taus:

@@ -16,12 +16,13 @@ class BrokenConfig:
     offset: float = 0.0  # added to the logits
 
 
-def make_broken_agent(config: BrokenConfig) -> base.Agent:
+def make_broken_agent(config: BrokenConfig, shapes: base.Shapes) -> base.Agent:
     def train(key, data, prior):
-        if prior.num_train == 3:
+        num_train = base.num_pairs(data)  # a Python int: the agent is never padded
+        if num_train == 3:
             raise RuntimeError("deliberate failure on T = 3")
         # The state's shape carries the (static) number of logits to return.
-        width = 3 if prior.num_train == 100 else 2
+        width = shapes.num_outputs + 1 if num_train == 100 else shapes.num_outputs
         return {"temperature": prior.temperature, "width": jnp.zeros(width)}
 
     def apply(state, x, index):

@@ -1,6 +1,7 @@
 """Published baseline results: the table, its use by compare/leaderboard, and reproduce."""
 
 import dataclasses
+import functools
 import gzip
 import importlib.util
 import json
@@ -20,8 +21,8 @@ SMOKE = problems.get_sweep("smoke")
 def mlp_rows():
     """mlp's default config on the smoke sweep, as a store holds them."""
     spec = agents.get_agent("mlp")
-    rows = sweep.run_agent(spec.make(spec.default), SMOKE.values(), "mlp", config=spec.default,
-                           progress=False)
+    rows = sweep.run_agent(functools.partial(spec.make, spec.default), SMOKE.values(), "mlp",
+                           config=spec.default, progress=False)
     return [store.StoredRow(**r.as_dict(), version="0.1.0", timestamp="2026-11-27T00:00:00+00:00")
             for r in rows]
 

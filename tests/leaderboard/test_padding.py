@@ -1,6 +1,11 @@
-"""Padded training sets: one compiled program for every T of a sweep, the same numbers."""
+"""Padded training sets: one compiled program for every T of a sweep, the same numbers.
+
+That an agent declared paddable predicts the same on padded data as on its pairs
+alone is its contract, checked for every agent in tests/agents/test_contract.py.
+"""
 
 import dataclasses
+import functools
 
 import jax
 import numpy as np
@@ -14,6 +19,7 @@ from neural_testbed.run import RunOptions, plan_units, run_sweep
 PAPER = leaderboard.get_sweep("paper")
 # Temperature 0.1, seed 0, T = 1, 10 and 100.
 PIDS = ["classification_2d/70", "classification_2d/90", "classification_2d/110"]
+SHAPES = base.Shapes.of(PAPER[PIDS[0]])
 
 
 def _small(pids, taus=(1,), num_test=100, num_samples=50):
@@ -44,28 +50,39 @@ def test_a_padded_build_draws_each_problems_own_pairs_first(problems):
             np.testing.assert_array_equal(a, b)
 
 
-def _recording(agent):
-    """The agent, recording the rows and the kind of T each trace of ``train`` saw."""
+def _recording(make, config):
+    """``shapes -> agent`` of ``make(config, shapes)``, recording the rows and whether a
+    mask came with them at each trace of ``train``."""
     seen = []
 
-    def train(key, data, prior):
-        seen.append((data.x.shape[0], isinstance(prior.num_train, int)))
-        return agent.train(key, data, prior)
+    def build(shapes):
+        agent = make(config, shapes)
 
-    return agent._replace(train=train), seen
+        def train(key, data, prior):
+            seen.append((data.x.shape[0], data.mask is not None))
+            return agent.train(key, data, prior)
+
+        return agent._replace(train=train)
+
+    return build, seen
+
+
+def _without_padding(make):
+    """``make``, its agents declaring that they take no padding."""
+    return lambda config, shapes: make(config, shapes)._replace(accepts_padding=False)
 
 
 def test_padding_changes_no_number_and_trains_every_T_with_one_program():
-    mlp = agents.make_mlp_agent(agents.MLPConfig(num_steps=50))
-    assert mlp.accepts_padding
+    config = agents.MLPConfig(num_steps=50)
+    assert agents.make_mlp_agent(config, SHAPES).accepts_padding
     problems = _small(PIDS)
-    padded_agent, padded_traces = _recording(mlp)
-    plain_agent, plain_traces = _recording(mlp._replace(accepts_padding=False))
+    padded_agent, padded_traces = _recording(agents.make_mlp_agent, config)
+    plain_agent, plain_traces = _recording(_without_padding(agents.make_mlp_agent), config)
     padded = leaderboard.run_agent(padded_agent, problems, "mlp", progress=False)
     plain = leaderboard.run_agent(plain_agent, problems, "mlp", progress=False)
-    # One trace on 100 rows with a traced T, against one per T on exactly T rows.
-    assert padded_traces == [(100, False)]
-    assert plain_traces == [(1, True), (10, True), (100, True)]
+    # One trace on 100 rows with a mask, against one per T on exactly T rows.
+    assert padded_traces == [(100, True)]
+    assert plain_traces == [(1, False), (10, False), (100, False)]
     # Later problems reuse every program: build, train and evaluation.
     assert padded[0].compile_seconds > 0
     assert all(r.compile_seconds == 0 for r in padded[1:])
@@ -79,19 +96,20 @@ def test_padding_changes_no_number_and_trains_every_T_with_one_program():
 def test_a_host_agent_trains_on_its_own_pairs_and_evaluates_every_T_with_one_program():
     """A host agent gets each problem's own T rows; the evaluation programs, which hold
     its callback and so are compiled in every process, are compiled once for all T."""
-    forest = agents.make_random_forest_agent(agents.RandomForestConfig(num_trees=5))
+    forest = agents.make_random_forest_agent(agents.RandomForestConfig(num_trees=5), SHAPES)
     seen = []
 
     def train(seed, data, prior):
-        seen.append((data.x.shape[0], prior.num_train))
+        seen.append((data.x.shape[0], data.mask))
         return forest.train(seed, data, prior)
 
     agent = forest._replace(train=train)
     problems = _small(PIDS)
-    together = leaderboard.run_agent(agent, problems, "random_forest", progress=False)
-    alone = [row for p in problems
-             for row in leaderboard.run_agent(agent, [p], "random_forest", progress=False)]
-    assert seen == [(1, 1), (10, 10), (100, 100)] * 2
+    together = leaderboard.run_agent(lambda shapes: agent, problems, "random_forest",
+                                     progress=False)
+    alone = [row for p in problems for row in leaderboard.run_agent(
+        lambda shapes: agent, [p], "random_forest", progress=False)]
+    assert seen == [(1, None), (10, None), (100, None)] * 2
     assert together[0].compile_seconds > 0
     assert all(r.compile_seconds == 0 for r in together[1:])
     for a, b in zip(together, alone):
@@ -99,77 +117,13 @@ def test_a_host_agent_trains_on_its_own_pairs_and_evaluates_every_T_with_one_pro
         assert (a.kl, a.kl_stderr, a.accuracy, a.ece) == (b.kl, b.kl_stderr, b.accuracy, b.ece)
 
 
-@pytest.mark.parametrize("agent", [
-    agents.make_ensemble_agent(agents.EnsembleConfig(num_ensemble=3, num_steps=20)),
-    agents.make_dropout_agent(agents.DropoutConfig(num_steps=20)),
-    agents.make_bbb_agent(agents.BBBConfig(num_steps=20)),
-    agents.make_hypermodel_agent(agents.HypermodelConfig(num_steps=20, bootstrap="exponential")),
-    agents.make_ensemble_plus_agent(agents.EnsemblePlusConfig(num_ensemble=3, num_steps=20)),
-    agents.make_epinet_agent(agents.EpinetConfig(num_steps=20)),
-    # T = 10 in 2-d is below the ratio, the padded 100 rows above it: the padded program
-    # runs 40 steps and this problem's state stops changing after its own 20.
-    agents.make_epinet_agent(agents.EpinetConfig(num_steps=20, large_data_ratio=10.0,
-                                                 large_data_steps_factor=2)),
-    # T = 10 <= the batch size: the exact gradient over its 10 pairs, as the first rows of
-    # the padded set weighted; and a batch of 5 < T: minibatches from the first T rows.
-    agents.make_sgmcmc_agent(agents.SGMCMCConfig(num_steps=20, burn_in=10, snapshot_every=5)),
-    agents.make_sgmcmc_agent(agents.SGMCMCConfig(num_steps=20, burn_in=10, snapshot_every=5,
-                                                 batch_size=5)),
-    pytest.param(agents.make_laplace_agent(agents.LaplaceConfig(num_steps=20)),
-                 marks=pytest.mark.slow),  # laplace and deep_kernel: an mlp's training and more
-    pytest.param(agents.make_deep_kernel_agent(agents.DeepKernelConfig(num_steps=20)),
-                 marks=pytest.mark.slow),
-], ids=["ensemble", "dropout", "bbb", "hypermodel", "ensemble+", "epinet", "epinet_longer_padded",
-        "sgmcmc_full_batch", "sgmcmc_minibatch", "laplace", "deep_kernel"])
-def test_agents_that_accept_padding_train_the_same_state_on_padded_data(agent):
-    """The contract of ``accepts_padding``: with rows beyond a traced ``prior.num_train``
-    the trained state is the one trained on the T pairs alone (mlp's whole run is
-    checked above; here training only, to keep compilation short)."""
-    assert agent.accepts_padding
-    problem = _small([PIDS[1]])[0]  # T = 10
-    padded = base.build_instance(problem, dataclasses.replace(problem, num_train=100))
-    plain = problem.instance()
-    key = jax.random.key(0)
-    expected = jax.jit(agent.train)(key, plain.data, plain.prior)
-
-    def train_padded(key, data, prior, num_train):
-        return agent.train(key, data, prior.replace(num_train=num_train))
-
-    got = jax.jit(train_padded)(key, padded.data, padded.prior, np.int32(problem.num_train))
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-
-
 def test_ensemble_plus_configs_that_draw_per_row_do_not_accept_padding():
     """A bootstrap weight per (member, row) or a VAE fitted to every row would change
     with the padding; those configs compile per T instead."""
     make, config = agents.make_ensemble_plus_agent, agents.EnsemblePlusConfig
-    assert make(config()).accepts_padding
-    assert not make(config(bootstrap="bernoulli")).accepts_padding
-    assert not make(config(prior_function="vae")).accepts_padding
-
-
-@pytest.mark.parametrize("config", [
-    agents.KnnConfig(5, "uniform"), agents.KnnConfig(5, "distance"),
-    agents.KnnConfig(30, "uniform"), agents.KnnConfig(30, "distance"),  # more than T = 10
-])
-def test_knn_padded_votes_as_on_its_own_pairs(config):
-    """knn keeps every row, so its state grows with the padding; what it predicts does
-    not: padding rows are never neighbours that vote, also when k exceeds T."""
-    knn = agents.make_knn_agent(config)
-    assert knn.accepts_padding
-    problem = _small([PIDS[1]])[0]  # T = 10
-    padded = base.build_instance(problem, dataclasses.replace(problem, num_train=100))
-    plain = problem.instance()
-    x = jax.random.normal(jax.random.key(1), (50, plain.data.x.shape[1]))
-    expected = knn.enn.apply(knn.train(jax.random.key(0), plain.data, plain.prior), x, 0)
-
-    def predict_padded(data, prior, num_train):
-        state = knn.train(jax.random.key(0), data, prior.replace(num_train=num_train))
-        return knn.enn.apply(state, x, 0)
-
-    got = jax.jit(predict_padded)(padded.data, padded.prior, np.int32(problem.num_train))
-    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert make(config(), SHAPES).accepts_padding
+    assert not make(config(bootstrap="bernoulli"), SHAPES).accepts_padding
+    assert not make(config(prior_function="vae"), SHAPES).accepts_padding
 
 
 def test_a_sweep_pads_each_problem_to_its_padding_groups_largest_T():
@@ -190,17 +144,17 @@ def test_a_batch_larger_than_one_T_trains_several_T_together_with_the_same_numbe
     problems = _small(PIDS + ["classification_2d/71", "classification_2d/91",
                               "classification_2d/111"])
     config = agents.MLPConfig(num_steps=50)
-    mlp = agents.make_mlp_agent(config)
+    mlp = functools.partial(agents.make_mlp_agent, config)
     units, _ = plan_units("mlp", [config], problems, None, RunOptions(problems_per_batch=6),
-                          agent=mlp)
+                          build=mlp)
     assert [sorted(p.num_train for p in u.problems) for u in units] == [[1, 1, 10, 10, 100, 100]]
     # Without a batch size, or for an agent that does not pad, one T per unit as before.
     per_T = [[1, 1], [10, 10], [100, 100]]
-    units, _ = plan_units("mlp", [config], problems, None, agent=mlp)
+    units, _ = plan_units("mlp", [config], problems, None, build=mlp)
     assert [sorted(p.num_train for p in u.problems) for u in units] == per_T
-    plain = mlp._replace(accepts_padding=False)
+    plain = functools.partial(_without_padding(agents.make_mlp_agent), config)
     units, _ = plan_units("mlp", [config], problems, None, RunOptions(problems_per_batch=6),
-                          agent=plain)
+                          build=plain)
     assert [sorted(p.num_train for p in u.problems) for u in units] == per_T
     units, _ = plan_units("oracle_gp", [agents.get_agent("oracle_gp").default],
                           list(leaderboard.get_sweep("regression-quick").values()), None,
@@ -217,7 +171,7 @@ def test_a_batch_larger_than_one_T_trains_several_T_together_with_the_same_numbe
 def test_an_agent_that_fails_to_build_gets_failed_rows_when_units_span_several_T(tmp_path):
     """Planning asks the agent whether it pads; if building it raises, the sweep goes on
     and records the failure per problem, as without --problems-per-batch."""
-    def make(config):
+    def make(config, shapes):
         raise ValueError("deliberately unbuildable")
 
     spec = agents.AgentSpec(agents.MLPConfig, agents.MLPConfig(), lambda: (agents.MLPConfig(),),

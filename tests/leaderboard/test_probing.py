@@ -21,6 +21,7 @@ NOISE = 0.1
 PROBLEM = gp_regression.GPRegressionProblem(
     "regression/test", input_dim=2, num_train=10, seed=1, noise_variance=NOISE, num_pool=100,
     num_probes=2)
+ORACLE = oracle_gp.make_oracle_gp_agent(oracle_gp.OracleGPConfig(), base.Shapes.of(PROBLEM))
 SETTINGS = probing.ProbeSettings(inclusion_ks=(1.0, 2.0), reduction_ks=(1, 5), num_bins=4,
                                  num_samples=4000)
 
@@ -30,14 +31,13 @@ def _exact(instance, added):
     """The exact posterior's mean and variance of f at the pool, its variance at the
     training inputs, and at the pool after each k of SETTINGS more pairs."""
     data, prior, env = instance
-    state = oracle_gp.make_oracle_gp_agent().train(None, data, prior)
+    state = ORACLE.train(None, data, prior)
     mean, cov = oracle_gp.posterior(state, env.pool_x)
     after = []
     for k in SETTINGS.reduction_ks:
         more = base.Data(jnp.concatenate([data.x, added.x[:k]]),
                          jnp.concatenate([data.y, added.y[:k]]))
-        state_k = oracle_gp.make_oracle_gp_agent().train(
-            None, more, prior.replace(num_train=data.x.shape[0] + k))
+        state_k = ORACLE.train(None, more, prior)
         after.append(jnp.diag(oracle_gp.posterior(state_k, env.pool_x)[1]))
     return mean, jnp.diag(cov), jnp.diag(oracle_gp.posterior(state, data.x)[1]), after
 
@@ -45,7 +45,7 @@ def _exact(instance, added):
 def test_the_exact_posteriors_probes_through_its_belief_samples():
     instance = PROBLEM.instance()
     agent_key, probe_key = probing.probe_keys(PROBLEM, 0)
-    got = jax.device_get(probing.make_prober(oracle_gp.make_oracle_gp_agent(), SETTINGS)(
+    got = jax.device_get(probing.make_prober(ORACLE, SETTINGS)(
         agent_key, probe_key, instance))
     added = probing.added_data(probe_key, instance.env, max(SETTINGS.reduction_ks))
     mean, variance, train_variance, after = jax.device_get(_exact(instance, added))

@@ -2,6 +2,7 @@
 agents may run on them; no agent beats the exact posterior."""
 
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -19,8 +20,8 @@ PROBLEMS = [dataclasses.replace(p, num_test=200, num_samples=200, num_pool=200, 
 
 def _rows(name, config=None):
     spec = agents.get_agent(name)
-    agent = spec.make(spec.default if config is None else config)
-    return leaderboard.run_agent(agent, PROBLEMS, name, progress=False)
+    build = functools.partial(spec.make, spec.default if config is None else config)
+    return leaderboard.run_agent(build, PROBLEMS, name, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,8 @@ MANY = [dataclasses.replace(p, num_test=100, num_samples=100, num_pool=100, num_
 @pytest.fixture(scope="module")
 def many_oracle_kls():
     return {r.problem_id: r.kl for r in leaderboard.run_agent(
-        agents.make_oracle_gp_agent(), MANY, "oracle_gp", progress=False)}
+        functools.partial(agents.make_oracle_gp_agent, agents.OracleGPConfig()), MANY,
+        "oracle_gp", progress=False)}
 
 
 @pytest.mark.parametrize("name", ["mlp", "gp", *(pytest.param(n, marks=pytest.mark.slow)
@@ -81,7 +83,8 @@ def test_no_agent_scores_significantly_below_the_exact_posterior(name, many_orac
         config = dataclasses.replace(config, batch_size=10)
     if name in ("ensemble", "ensemble+"):
         config = dataclasses.replace(config, num_ensemble=10)
-    rows = leaderboard.run_agent(spec.make(config), MANY, name, progress=False)
+    rows = leaderboard.run_agent(functools.partial(spec.make, config), MANY, name,
+                                 progress=False)
     assert all(r.status == "ok" for r in rows), [r.error for r in rows]
     differences = np.array([r.kl - many_oracle_kls[r.problem_id] for r in rows])
     stderr = differences.std(ddof=1) / np.sqrt(len(differences))

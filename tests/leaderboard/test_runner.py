@@ -1,6 +1,7 @@
 """The run's programs: batching does not change numbers, failures are isolated."""
 
 import dataclasses
+import functools
 import json
 import threading
 
@@ -19,7 +20,8 @@ def _small(pids, taus=(1, 100), num_test=200, num_samples=100):
             for p in pids]
 
 
-FAST_MLP = agents.make_mlp_agent(agents.MLPConfig(num_steps=100))
+FAST_MLP = functools.partial(agents.make_mlp_agent, agents.MLPConfig(num_steps=100))
+SHAPES = base.Shapes.of(PAPER["classification_2d/90"])  # every problem here: d = 2, K = 2
 
 
 def test_rows_have_every_field_for_every_problem_and_tau():
@@ -41,7 +43,8 @@ def test_compilation_is_timed_apart_and_paid_once_per_shape():
     """Two batches of one shape: the first pays for compilation, the second reuses it."""
     problems = _small(["classification_2d/90", "classification_2d/91",
                        "classification_2d/160", "classification_2d/161"])
-    rows = leaderboard.run_agent(agents.make_mlp_agent(agents.MLPConfig(num_steps=20)),
+    rows = leaderboard.run_agent(functools.partial(agents.make_mlp_agent,
+                                                   agents.MLPConfig(num_steps=20)),
                                  problems, "mlp", progress=False, problems_per_batch=2)
     first, second = rows[:4], rows[4:]
     assert all(r.compile_seconds > 0 for r in first)
@@ -84,10 +87,11 @@ def test_runner_matches_evaluating_the_trained_sampler_directly():
     [row] = leaderboard.run_agent(FAST_MLP, [problem], "mlp", progress=False)
     keys = base.problem_keys(problem.key_seed)
     data, prior, env = problem.instance()
-    state = FAST_MLP.train(jax.random.fold_in(keys.agent, 0), data, prior)
+    agent = FAST_MLP(SHAPES)
+    state = agent.train(jax.random.fold_in(keys.agent, 0), data, prior)
     data_key, eval_key = jax.random.split(jax.random.fold_in(keys.test, 1))
     test = problem.sample_test(data_key, env, 1)
-    ev = evaluation.evaluate_sampler(eval_key, base.as_sampler(FAST_MLP.enn, state), test, 2,
+    ev = evaluation.evaluate_sampler(eval_key, base.as_sampler(agent.enn, state), test, 2,
                                      num_samples=problem.num_samples)
     np.testing.assert_allclose(row.kl, float(ev.kl), rtol=1e-4, atol=1e-6)
 
@@ -96,7 +100,7 @@ def _flaky_agent():
     """Raises while tracing problems with T = 3; NaN logits at temperature 0.5."""
 
     def train(key, data, prior):
-        if prior.num_train == 3:
+        if base.num_pairs(data) == 3:  # a Python int: the agent is never padded
             raise RuntimeError("cannot train on three points")
         return prior.temperature
 
@@ -110,7 +114,7 @@ def _flaky_agent():
 def test_a_failing_problem_is_recorded_and_the_others_run():
     problems = _small(["classification_2d/10", "classification_2d/20", "classification_2d/160",
                        "classification_2d/21"])  # T=3; T=10; T=10 at temperature 0.5; T=10
-    rows = leaderboard.run_agent(_flaky_agent(), problems, "flaky", progress=False)
+    rows = leaderboard.run_agent(lambda shapes: _flaky_agent(), problems, "flaky", progress=False)
     by_id = {}
     for r in rows:
         by_id.setdefault(r.problem_id, []).append(r)
@@ -136,7 +140,7 @@ def test_true_environment_agent_scores_zero_through_the_runner():
 
         agent = base.Agent(lambda key, data, prior: prior.temperature,
                            base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
-        rows = leaderboard.run_agent(agent, [problem], "oracle", progress=False)
+        rows = leaderboard.run_agent(lambda shapes: agent, [problem], "oracle", progress=False)
         assert sorted((r.tau, r.estimator) for r in rows) == sorted(
             [(t, "auto") for t in taus] + [(10, "monte_carlo")])
         assert all(abs(r.kl) < 1e-5 for r in rows), [r.kl for r in rows]
@@ -151,7 +155,7 @@ def test_problems_of_one_shape_compile_once():
     """Tracing counts: training is traced once for 4 problems in 2 batches; each tau's
     evaluation traces apply once (plus once for its shape check)."""
     traces = {"train": 0, "apply": 0}
-    inner = agents.make_mlp_agent(agents.MLPConfig(num_steps=10))
+    inner = agents.make_mlp_agent(agents.MLPConfig(num_steps=10), SHAPES)
 
     def train(key, data, prior):
         traces["train"] += 1
@@ -164,7 +168,8 @@ def test_problems_of_one_shape_compile_once():
     agent = base.Agent(train, inner.enn._replace(apply=apply))
     problems = _small(["classification_2d/90", "classification_2d/91",
                        "classification_2d/160", "classification_2d/161"])
-    leaderboard.run_agent(agent, problems, "mlp", progress=False, problems_per_batch=2)
+    leaderboard.run_agent(lambda shapes: agent, problems, "mlp", progress=False,
+                          problems_per_batch=2)
     assert traces["train"] == 1
     assert traces["apply"] == 2 * 2  # 2 taus x (shape check + trace)
 

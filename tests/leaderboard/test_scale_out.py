@@ -1,6 +1,7 @@
 """Scale-out: workers, Ray, shards and merge give the plain sweep's rows; failures are rows."""
 
 import dataclasses
+import functools
 import itertools
 import os
 import pathlib
@@ -72,11 +73,11 @@ def test_units_at_once_run_side_by_side_and_give_the_plain_rows(plain, tmp_path,
     barrier, calls, threads = threading.Barrier(2, timeout=120), itertools.count(), set()
     compute = programs.compute_unit
 
-    def side_by_side(unit, run_programs, agent=None):
+    def side_by_side(unit, run_programs, build=None):
         threads.add(threading.current_thread().name)
         if next(calls) < 2:
             barrier.wait()
-        return compute(unit, run_programs, agent)
+        return compute(unit, run_programs, build)
 
     monkeypatch.setattr(programs, "compute_unit", side_by_side)
     assert _sweep(tmp_path / "t.db", units_at_once=2)[1] == plain
@@ -89,7 +90,7 @@ def test_a_host_agent_computes_units_at_once_with_the_serial_numbers():
     turns, one unit's end clears the other's forests: failed rows in most runs of this.)"""
     pytest.importorskip("sklearn")
     spec = registry.get_agent("random_forest")
-    agent = spec.make(dataclasses.replace(spec.default, num_trees=10))
+    build = functools.partial(spec.make, dataclasses.replace(spec.default, num_trees=10))
     problems = [dataclasses.replace(p, num_test=50, num_samples=50)
                 for p in leaderboard.get_sweep("paper").values()
                 if p.num_train == 10 and p.temperature == 0.1]  # 10 seeds: 10 units
@@ -97,7 +98,7 @@ def test_a_host_agent_computes_units_at_once_with_the_serial_numbers():
 
     def rows(units_at_once):
         return [(r.problem_id, r.tau, r.kl, r.status) for r in leaderboard.run_agent(
-            agent, problems, "random_forest", problems_per_batch=1, progress=False,
+            build, problems, "random_forest", problems_per_batch=1, progress=False,
             units_at_once=units_at_once)]
 
     serial = rows(1)

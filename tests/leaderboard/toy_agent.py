@@ -11,9 +11,10 @@ class ToyConfig:
     l2_weight_decay: float = 1.0  # lambda
 
 
-def make_toy_agent(config: ToyConfig):
+def make_toy_agent(config: ToyConfig, shapes):
     return agents.make_mlp_agent(
-        agents.MLPConfig(num_steps=config.num_steps, l2_weight_decay=config.l2_weight_decay))
+        agents.MLPConfig(num_steps=config.num_steps, l2_weight_decay=config.l2_weight_decay),
+        shapes)
 
 
 SPEC = agents.AgentSpec(
