@@ -9,13 +9,13 @@ import jax
 import matplotlib
 import pytest
 
-from neural_testbed import agents, leaderboard
+from neural_testbed import agents, base, leaderboard
 from neural_testbed.agents import registry
 from neural_testbed.figures import canvas
 from neural_testbed.figures import leaderboard as figures
 from neural_testbed.leaderboard import scoring
-from neural_testbed.run import programs as runner
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import programs as runner
 
 # 2 temperatures x 2 T x 2 seeds of the paper sweep: 8 problems.
 PROBLEMS = {
