@@ -2,7 +2,7 @@
 optimisations and fusion emitters off (conftest.py, to halve compile times), so this runs
 the command with a user's process settings and checks its rows against the suite's."""
 
-import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -30,7 +30,7 @@ def test_the_command_compiled_as_users_run_it_gives_the_suites_numbers(tmp_path)
     with leaderboard.ResultsStore(db, create=False) as store:
         users = {(r.problem_id, r.tau): r for r in store.rows()}
     spec = agents.get_agent("mlp")
-    suite = leaderboard.run_agent(spec.make(spec.default),
+    suite = leaderboard.run_agent(functools.partial(spec.make, spec.default),
                                   list(leaderboard.get_sweep("smoke").values()), "mlp",
                                   config=spec.default, progress=False)
     assert len(suite) == len(users) == 8

@@ -137,12 +137,6 @@ def _exit_now(status: int) -> None:
     save at this point (the store is closed, local workers are stopped, a Ray
     cluster started here is shut down), so the process ends here instead.
     """
-    mp_util = sys.modules.get("multiprocessing.util")
-    if mp_util is not None:  # as at a normal exit, release the worker pool's semaphores,
-        try:  # or multiprocessing's resource tracker warns about them after our last line
-            mp_util._exit_function()
-        except Exception:  # the process ends anyway
-            pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
