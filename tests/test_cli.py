@@ -126,10 +126,13 @@ def test_help_explains_every_run_option(capsys):
     assert "Not an agent's minibatch size" in " ".join(out.split())  # however argparse wraps
 
 
-def test_batch_size_is_an_alias_of_problems_per_batch():
-    for flag in ("--problems-per-batch", "--batch-size"):
-        args = cli.build_parser().parse_args(["run", "--agent", "mlp", flag, "3"])
-        assert args.problems_per_batch == 3
+def test_batch_size_means_one_thing_only_xlls():
+    """--batch-size was also an alias of --problems-per-batch (beside an agent's minibatch
+    size, set with --set batch_size=N): it is xll's alone now."""
+    args = cli.build_parser().parse_args(["run", "--agent", "mlp", "--problems-per-batch", "3"])
+    assert args.problems_per_batch == 3
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["run", "--agent", "mlp", "--batch-size", "3"])
 
 
 # Hardening: every bad input or unusable path is one line and status 2, before any work.

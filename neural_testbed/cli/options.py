@@ -104,7 +104,7 @@ def _compute() -> argparse.ArgumentParser:
                               "e.g. 1,2,5,10,20,50,100 for `plot`'s d_KL^tau / tau curve (with "
                               "--estimator auto, the first tau >= 10 is also evaluated with "
                               "monte_carlo, stored as such)")
-    compute.add_argument("--problems-per-batch", "--batch-size", type=int, default=None,
+    compute.add_argument("--problems-per-batch", type=int, default=None,
                          metavar="N", dest="problems_per_batch",
                          help="problems trained together, a work unit (default: all those of "
                               "one shape, i.e. one T; smaller saves memory and saves results more "
