@@ -3,7 +3,6 @@
 import dataclasses
 import functools
 import json
-import threading
 
 import jax
 import jax.numpy as jnp
