@@ -98,11 +98,11 @@ class AgentSpec:
                 f"default must be an instance of {self.config_type.__name__}, got {self.default!r}"
             )
         _check_make(self.make)
-        floats = [f.name for f in dataclasses.fields(self.config_type)
-                  if typing.get_type_hints(self.config_type).get(f.name) is float]
-        if not isinstance(self.batchable, tuple) or set(self.batchable) - set(floats):
+        if self.batchable != () and (not isinstance(self.batchable, tuple)
+                                     or set(self.batchable) - set(_float_fields(self.config_type))):
             raise ValueError(f"batchable must be a tuple of float fields of "
-                             f"{self.config_type.__name__} ({', '.join(floats) or 'none'}), got "
+                             f"{self.config_type.__name__} "
+                             f"({', '.join(_float_fields(self.config_type)) or 'none'}), got "
                              f"{self.batchable!r}")
 
     def configs(self, sweep: str = PAPER_SWEEP) -> tuple[Any, ...]:
@@ -114,6 +114,11 @@ class AgentSpec:
             allowed = ", ".join(repr(n) for n in (PAPER_SWEEP, *sorted(self.other_sweeps)))
             raise ValueError(f"--configs {sweep!r}: this agent's config sweeps are {allowed}")
         return tuple(self.other_sweeps[sweep]())
+
+
+def _float_fields(config_type: type) -> list[str]:
+    hints = typing.get_type_hints(config_type)
+    return [f.name for f in dataclasses.fields(config_type) if hints.get(f.name) is float]
 
 
 def _check_make(make: Callable) -> None:
