@@ -164,11 +164,11 @@ def smoke_rows():
     """A function ``(agent, config, level)`` -> stored rows of that config on every smoke
     problem, KL ``level * tau`` scaled up by a tenth per problem."""
     from neural_testbed import leaderboard
-    from neural_testbed.run import programs as runner
+    from neural_testbed.run import rows as run_rows
     from neural_testbed.leaderboard import store as store_lib
 
     def rows(agent, config, level):
-        return [runner.result_row(
+        return [run_rows.result_row(
             agent, store_lib.config_hash(agent, config), store_lib.config_json(config),
             problem, tau, "auto", 0, estimate=level * tau * (1 + 0.1 * i), estimate_stderr=0.01,
             num_clipped=0, accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.1,

@@ -17,6 +17,7 @@ import pytest
 from neural_testbed import agents, cli, diagnostics, leaderboard, memory
 from neural_testbed.leaderboard import run_report
 from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed import run as sweep_lib
 from neural_testbed.run import options as run_options
@@ -65,7 +66,7 @@ def test_run_shows_and_writes_only_its_own_rows_beside_failed_rows_at_other_taus
     earlier = [dataclasses.replace(p, taus=(7,)) for p in smoke.values()]
     with leaderboard.ResultsStore(db) as store:
         store.write([dataclasses.replace(r, train_seconds=None, eval_seconds=None)
-                     for r in runner.failed_rows("mlp", config, earlier, "auto", 0, "boom")])
+                     for r in run_rows.failed_rows("mlp", config, earlier, "auto", 0, "boom")])
     argv = ["run", "--agent", "mlp", "--set", "num_steps=50", "--quiet", "--sweep", "smoke",
             "--taus", "1,2", "--db", str(db), "--units-at-once", "1"]
     for extra in ([], ["--output", str(out_csv)]):  # computed, then reused
@@ -487,7 +488,7 @@ def test_sweep_beside_dataset_is_refused_and_the_default_sweep_is_not(tmp_path, 
 
 def _stored(problem, **changes):
     """A stored row of ``problem`` (d_KL or NLL 0.5 ± 0.01), with ``changes``."""
-    row = runner.result_row("mlp", "h", "{}", problem, 1, "auto", 0, estimate=0.5,
+    row = run_rows.result_row("mlp", "h", "{}", problem, 1, "auto", 0, estimate=0.5,
                             estimate_stderr=0.01, num_clipped=0, accuracy=0.9, ece=0.05,
                             train_seconds=12345.0, compile_seconds=0.1, eval_seconds=0.5)
     return store_lib.StoredRow(**{**row.as_dict(), **changes}, version="0", timestamp="t")

@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 from neural_testbed import agents, cli, leaderboard, outputs
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed import run as sweep_lib
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -28,7 +29,7 @@ import numpy as np
 
 from neural_testbed import base
 
-__all__ = ["HostAgentError", "HostStates", "host_enn", "host_seed"]
+__all__ = ["HostAgentError", "HostStates", "host_enn", "host_seed", "train_on_host"]
 
 
 class HostAgentError(ValueError):
@@ -82,6 +83,24 @@ class HostStates:
 def host_seed(key: jax.Array) -> int:
     """A Python int seed (uint32) for host code, drawn from a JAX key."""
     return int(jax.random.bits(key, dtype=jnp.uint32))
+
+
+def train_on_host(agent: base.HostAgent, states: HostStates, agent_keys: jax.Array,
+                  instances: Any, problems: Sequence[base.Problem], agent_seed: int) -> np.ndarray:
+    """Trains ``agent`` problem by problem, each on its own T pairs (the first rows of a
+    padded set: a host agent gets no mask), into ``states``; returns their handles, one
+    per key (padding problems beyond ``problems`` reuse the last)."""
+    data = jax.device_get(instances.data)
+    temperatures = np.asarray(jax.device_get(instances.prior.temperature))
+    handles = []
+    for i, problem in enumerate(problems):
+        prior = instances.prior.replace(temperature=float(temperatures[i]))
+        rows = problem.num_train
+        state = agent.train(host_seed(jax.random.fold_in(agent_keys[i], agent_seed)),
+                            base.Data(x=data.x[i, :rows], y=data.y[i, :rows]), prior)
+        handles.append(states.put(state))
+    handles += [handles[-1]] * (len(agent_keys) - len(problems))
+    return np.array(handles, np.int32)
 
 
 def host_enn(agent: base.HostAgent, states: HostStates, num_classes: int) -> base.ENN:

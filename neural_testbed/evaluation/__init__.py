@@ -6,6 +6,9 @@ diagnostics (:mod:`neural_testbed.diagnostics`) over one forward pass of the bel
 samples, so that neither of those layers imports the other.
 """
 
+from collections.abc import Callable
+
+from neural_testbed import base
 from neural_testbed.evaluation import classification, regression
 from neural_testbed.evaluation.classification import (
     Evaluation,
@@ -18,7 +21,18 @@ __all__ = [
     "Evaluation",
     "classification",
     "evaluate_sampler",
+    "evaluator_for",
     "make_evaluator",
     "make_regression_evaluator",
     "regression",
 ]
+
+
+def evaluator_for(problem: base.Problem, enn: base.ENN, tau: int, estimator: str) -> Callable:
+    """``(key, state, test) -> Evaluation`` of ``enn`` at ``tau`` on problems of
+    ``problem``'s shape and target, with the likelihood estimator ``estimator``."""
+    if problem.target == "regression":
+        return make_regression_evaluator(enn, tau, problem.num_test, problem.num_samples,
+                                         estimator)
+    return make_evaluator(enn, tau, problem.num_classes, problem.num_test, problem.num_samples,
+                          estimator, num_hyperplanes=problem.num_hyperplanes)

@@ -66,6 +66,114 @@ def largest_divisor_at_most(n: int, limit: int) -> int:
     return max(d for d in range(1, min(n, max(1, limit)) + 1) if n % d == 0)
 
 
+class _Layout(NamedTuple):
+    """How belief samples are drawn and test samples cut into chunks."""
+
+    counted: bool  # a finite ensemble: every member evaluated, weighted by its count
+    num_members: int  # networks per test sample: the members (counted) or the M draws
+    chunk: int  # test samples per chunk
+    num_chunks: int
+
+
+def _layout(enn: base.ENN, tau: int, num_test: int, num_samples: int) -> _Layout:
+    counted = enn.num_indices is not None and enn.num_indices <= num_samples
+    num_members = enn.num_indices if counted else num_samples
+    width = tau + 1  # inputs per test sample, with room for its out-of-distribution input
+    if counted:
+        chunk = largest_divisor_at_most(num_test, _MAX_ROWS_PER_CHUNK // (num_members * width))
+    else:
+        chunk = largest_divisor_at_most(num_test, min(
+            _MAX_ROWS_PER_CHUNK // (num_samples * width), MAX_NETWORKS_PER_CHUNK // num_samples))
+    return _Layout(counted, num_members, chunk, num_test // chunk)
+
+
+def _draw_beliefs(key, enn: base.ENN, layout: _Layout, num_test: int, num_samples: int):
+    """Members to evaluate and their log-weights ``[N, members]`` in each test sample."""
+    if layout.counted and layout.num_members == 1:  # one network: nothing to draw
+        return jnp.zeros((1,), jnp.int32), jnp.zeros((num_test, 1))
+    keys = jax.random.split(key, (num_test, num_samples))
+    indices = jax.vmap(jax.vmap(enn.sample_index))(keys)
+    if layout.counted:
+        counts = jax.vmap(lambda ids: jnp.bincount(ids, length=layout.num_members))(indices)
+        return jnp.arange(layout.num_members), jnp.log(counts / num_samples)
+    return indices, jnp.full((num_test, num_samples), -jnp.log(num_samples))
+
+
+def _member_logits(enn: base.ENN, state, layout: _Layout, members, x, indices):
+    """``x [chunk, inputs, d]`` -> logits ``[chunk, members, inputs, K]``: every member
+    on all of the chunk's inputs at once (counted), or each test sample's own draws."""
+    chunk, num_inputs, input_dim = x.shape
+    if layout.counted:
+        flat = x.reshape(chunk * num_inputs, input_dim)
+        logits = jax.vmap(lambda index: enn.apply(state, flat, index))(members)
+        return jnp.moveaxis(logits.reshape(layout.num_members, chunk, num_inputs, -1), 1, 0)
+    return jax.vmap(lambda x_n, indices_n: jax.vmap(
+        lambda index: enn.apply(state, x_n, index))(indices_n))(x, indices)
+
+
+def _check_test(test: base.TestSamples, num_test: int, tau: int) -> None:
+    if test.x.shape[:2] != (num_test, tau) or test.y.shape != (num_test, tau):
+        raise ValueError(f"test samples of shape x {test.x.shape}, y {test.y.shape}; "
+                         f"expected ({num_test}, {tau}, d) and ({num_test}, {tau})")
+    if test.ood_x is not None and test.ood_x.shape != (num_test, test.x.shape[-1]):
+        raise ValueError(f"out-of-distribution inputs of shape {test.ood_x.shape}; "
+                         f"expected ({num_test}, {test.x.shape[-1]})")
+
+
+def _check_logits(logits: jax.ShapeDtypeStruct, expected: tuple[int, ...],
+                  input_shape: tuple[int, int]) -> None:
+    """The agent's logits (their shape, traced) are real, one row of K per input."""
+    if jnp.issubdtype(logits.dtype, jnp.complexfloating):  # softmax would drop a part
+        raise ValueError(f"agent returned logits of dtype {logits.dtype}; logits must be "
+                         "real numbers")
+    if logits.shape != expected:
+        raise ValueError(
+            f"agent returned logits of shape {logits.shape[2:]} for inputs of shape "
+            f"{input_shape}; expected {expected[2:]} (one row of {expected[-1]} class "
+            "logits per input)")
+
+
+def _chunk_terms(log_probs, y, keys, weights, tau: int, has_ood: bool, log_likelihood):
+    """One chunk's joint log-likelihoods, mean predictions, splits (diagnostics), occupied
+    cells and whether its logits were valid, from ``log_probs [chunk, members, inputs, K]``."""
+    scored = log_probs[:, :, :tau]
+    log_lik, cells = jax.vmap(log_likelihood)(keys, scored, y, weights)
+    mean_log_probs = jax.nn.logsumexp(log_probs + weights[:, :, None, None], axis=1)
+    # The split of the first input and the out-of-distribution one: N of each.
+    probed = log_probs[:, :, ::tau] if has_ood else log_probs[:, :, :1]
+    split = jax.vmap(diagnostics.split)(jnp.exp(probed), jnp.exp(weights))
+    # A NaN or +inf logit makes its log-softmax row NaN, so checking the
+    # log-probabilities finds it; a -inf logit is a probability of 0, which is allowed
+    # (an infinite term, clipped and counted). Checking the logits themselves would give
+    # XLA a second consumer of the forward pass's output, which it then materialises.
+    return log_lik, jnp.exp(mean_log_probs), split, cells, ~jnp.any(jnp.isnan(scored))
+
+
+def _evaluation(terms, test: base.TestSamples, layout: _Layout, log_weights, tau: int,
+                num_samples: int) -> Evaluation:
+    """The chunks' terms reduced to the estimate, accuracy, ECE and diagnostics."""
+    log_lik, mean_probs, split, cells, valid = terms
+    num_test, has_ood = test.y.shape[0], test.ood_x is not None
+    kl_mean, kl_stderr, num_clipped = kl.kl_estimate(log_lik.reshape(num_test),
+                                                     test.log_likelihood)
+    mean_probs = mean_probs.reshape(num_test, -1, mean_probs.shape[-1])
+    split = jax.tree.map(lambda a: a.reshape(num_test, -1), split)
+    probs_in = mean_probs[:, :tau].reshape(num_test * tau, -1)
+    labels = test.y.reshape(num_test * tau)
+    reliability = jnp.stack(calibration.reliability_bins(probs_in, labels))
+    distinct = (jnp.mean(jnp.sum(jnp.isfinite(log_weights), axis=1)) if layout.counted
+                else jnp.array(num_samples))
+    report = diagnostics.Inputs(
+        reliability, mean_probs[:, 0], jax.tree.map(lambda a: a[:, 0], split),
+        test.y[:, 0], mean_probs[:, tau] if has_ood else None,
+        jax.tree.map(lambda a: a[:, -1], split) if has_ood else None,
+        jnp.asarray(distinct, jnp.float32), jnp.mean(cells).astype(jnp.float32))
+    return Evaluation(kl=kl_mean, kl_stderr=kl_stderr,
+                      accuracy=calibration.accuracy(probs_in, labels),
+                      ece=calibration.ece_from_bins(reliability, num_test * tau),
+                      logits_valid=jnp.all(valid), num_clipped=num_clipped, diagnostics=report)
+
+
 def make_evaluator(
     enn: base.ENN,
     tau: int,
@@ -104,15 +212,7 @@ def make_evaluator(
         raise ValueError(f"unknown numerics {numerics!r}; allowed: "
                          f"{', '.join(estimators.NUMERICS)}")
     method = kl.choose_estimator(tau, estimator)
-    counted = enn.num_indices is not None and enn.num_indices <= num_samples
-    num_members = enn.num_indices if counted else num_samples
-    width = tau + 1  # inputs per test sample, with room for its out-of-distribution input
-    if counted:
-        chunk = largest_divisor_at_most(num_test, _MAX_ROWS_PER_CHUNK // (num_members * width))
-    else:
-        chunk = largest_divisor_at_most(num_test, min(
-            _MAX_ROWS_PER_CHUNK // (num_samples * width), MAX_NETWORKS_PER_CHUNK // num_samples))
-    num_chunks = num_test // chunk
+    layout = _layout(enn, tau, num_test, num_samples)
 
     def log_likelihood(key, log_probs, labels, log_weights):
         """The joint log-likelihood and Algorithm 4's occupied cells (NaN for Algorithm 3)."""
@@ -123,105 +223,32 @@ def make_evaluator(
             key, log_probs, labels, log_weights, num_hyperplanes=num_hyperplanes,
             numerics=numerics, num_samples=num_samples)
 
-    def draw_beliefs(key):
-        """Members to evaluate and their log-weights ``[N, members]`` in each test sample."""
-        if counted and num_members == 1:  # one network: nothing to draw
-            return jnp.zeros((1,), jnp.int32), jnp.zeros((num_test, 1))
-        keys = jax.random.split(key, (num_test, num_samples))
-        indices = jax.vmap(jax.vmap(enn.sample_index))(keys)
-        if counted:
-            counts = jax.vmap(lambda ids: jnp.bincount(ids, length=num_members))(indices)
-            return jnp.arange(num_members), jnp.log(counts / num_samples)
-        return indices, jnp.full((num_test, num_samples), -jnp.log(num_samples))
-
     def evaluate(key: jax.Array, state: base.State, test: base.TestSamples) -> Evaluation:
         index_key, partition_key = jax.random.split(key)
-        input_dim = test.x.shape[-1]
-        if test.x.shape[:2] != (num_test, tau) or test.y.shape != (num_test, tau):
-            raise ValueError(f"test samples of shape x {test.x.shape}, y {test.y.shape}; "
-                             f"expected ({num_test}, {tau}, d) and ({num_test}, {tau})")
-        has_ood = test.ood_x is not None
-        if has_ood and test.ood_x.shape != (num_test, input_dim):
-            raise ValueError(f"out-of-distribution inputs of shape {test.ood_x.shape}; "
-                             f"expected ({num_test}, {input_dim})")
+        _check_test(test, num_test, tau)
         # Each test sample's out-of-distribution input goes through the network with
         # its tau inputs, under the same belief samples; the likelihood ignores it.
+        has_ood = test.ood_x is not None
         x_all = (jnp.concatenate([test.x, test.ood_x[:, None, :]], axis=1) if has_ood
                  else test.x)
-        num_inputs = x_all.shape[1]
-        members, log_weights = draw_beliefs(index_key)
-
-        def member_logits(x, indices):
-            """``x [chunk, inputs, d]`` -> logits ``[chunk, members, inputs, K]``."""
-            if counted:
-                flat = x.reshape(chunk * num_inputs, input_dim)
-                logits = jax.vmap(lambda index: enn.apply(state, flat, index))(members)
-                return jnp.moveaxis(logits.reshape(num_members, chunk, num_inputs, -1), 1, 0)
-            return jax.vmap(lambda x_n, indices_n: jax.vmap(
-                lambda index: enn.apply(state, x_n, index))(indices_n))(x, indices)
-
-        chunk_indices = (members if counted else
-                         jax.tree.map(lambda a: a.reshape(num_chunks, chunk, *a.shape[1:]),
-                                      members))
-        logits = jax.eval_shape(
-            member_logits, jnp.zeros((chunk, num_inputs, input_dim)),
-            jax.tree.map(lambda a: a[0], chunk_indices) if not counted else None)
-        got = logits.shape
-        expected = (chunk, num_members, num_inputs, num_classes)
-        if jnp.issubdtype(logits.dtype, jnp.complexfloating):  # softmax would drop a part
-            raise ValueError(f"agent returned logits of dtype {logits.dtype}; logits must be "
-                             "real numbers")
-        if got != expected:
-            raise ValueError(
-                f"agent returned logits of shape {got[2:]} for inputs of shape "
-                f"{(num_inputs, input_dim)}; expected {expected[2:]} "
-                f"(one row of {num_classes} class logits per input)")
+        members, log_weights = _draw_beliefs(index_key, enn, layout, num_test, num_samples)
+        in_chunks = lambda a: a.reshape(layout.num_chunks, layout.chunk, *a.shape[1:])
+        chunk_indices = None if layout.counted else jax.tree.map(in_chunks, members)
+        logits = functools.partial(_member_logits, enn, state, layout, members)
+        _check_logits(jax.eval_shape(logits, in_chunks(x_all)[0], None if layout.counted else
+                                     jax.tree.map(lambda a: a[0], chunk_indices)),
+                      (layout.chunk, layout.num_members, x_all.shape[1], num_classes),
+                      x_all.shape[1:])
 
         def one_chunk(chunk_data):
             x, y, keys, weights, indices = chunk_data
-            log_probs = jax.nn.log_softmax(member_logits(x, indices))  # [chunk, members, inputs, K]
-            scored = log_probs[:, :, :tau]
-            log_lik, cells = jax.vmap(log_likelihood)(keys, scored, y, weights)
-            mean_log_probs = jax.nn.logsumexp(log_probs + weights[:, :, None, None], axis=1)
-            # The split of the first input and the out-of-distribution one: N of each.
-            probed = log_probs[:, :, ::tau] if has_ood else log_probs[:, :, :1]
-            split = jax.vmap(diagnostics.split)(jnp.exp(probed), jnp.exp(weights))
-            # A NaN or +inf logit makes its log-softmax row NaN, so checking
-            # the log-probabilities finds it; a -inf logit is a probability of
-            # 0, which is allowed (an infinite term, clipped and counted).
-            # Checking the logits themselves gives XLA a second consumer of the
-            # forward pass's output and doubled the tau = 100 evaluation time.
-            return (log_lik, jnp.exp(mean_log_probs), split, cells,
-                    ~jnp.any(jnp.isnan(scored)))
+            return _chunk_terms(jax.nn.log_softmax(logits(x, indices)), y, keys, weights, tau,
+                                has_ood, log_likelihood)
 
-        in_chunks = lambda a: a.reshape(num_chunks, chunk, *a.shape[1:])
-        keys = jax.random.split(partition_key, num_test)
-        log_lik, mean_probs, split, cells, valid = jax.lax.map(one_chunk, (
-            in_chunks(x_all), in_chunks(test.y), in_chunks(keys), in_chunks(log_weights),
-            None if counted else chunk_indices))
-        kl_mean, kl_stderr, num_clipped = kl.kl_estimate(log_lik.reshape(num_test),
-                                                         test.log_likelihood)
-        mean_probs = mean_probs.reshape(num_test, num_inputs, num_classes)
-        split = jax.tree.map(lambda a: a.reshape(num_test, -1), split)
-        probs_in = mean_probs[:, :tau].reshape(num_test * tau, num_classes)
-        labels = test.y.reshape(num_test * tau)
-        reliability = jnp.stack(calibration.reliability_bins(probs_in, labels))
-        distinct = (jnp.mean(jnp.sum(jnp.isfinite(log_weights), axis=1)) if counted
-                    else jnp.array(num_samples))
-        report = diagnostics.Inputs(
-            reliability, mean_probs[:, 0], jax.tree.map(lambda a: a[:, 0], split),
-            test.y[:, 0], mean_probs[:, tau] if has_ood else None,
-            jax.tree.map(lambda a: a[:, -1], split) if has_ood else None,
-            jnp.asarray(distinct, jnp.float32), jnp.mean(cells).astype(jnp.float32))
-        return Evaluation(
-            kl=kl_mean,
-            kl_stderr=kl_stderr,
-            accuracy=calibration.accuracy(probs_in, labels),
-            ece=calibration.ece_from_bins(reliability, num_test * tau),
-            logits_valid=jnp.all(valid),
-            num_clipped=num_clipped,
-            diagnostics=report,
-        )
+        terms = jax.lax.map(one_chunk, (in_chunks(x_all), in_chunks(test.y),
+                                        in_chunks(jax.random.split(partition_key, num_test)),
+                                        in_chunks(log_weights), chunk_indices))
+        return _evaluation(terms, test, layout, log_weights, tau, num_samples)
 
     return evaluate
 

@@ -2,8 +2,8 @@
 
 A run is planned as work units less what the store holds (:mod:`plan`); units run
 where :class:`RunOptions` says (:mod:`execute`), each computed by programs compiled
-once per (config batch, shape, batch size) and owned by the run (:mod:`programs`);
-their rows go to the store (:func:`run_sweep`) or back to the caller
+once per (config batch, shape, batch size) and owned by the run (:mod:`programs`)
+into rows (:mod:`rows`); their rows go to the store (:func:`run_sweep`) or back to the caller
 (:func:`run_agent`) as each unit finishes, so an interrupted sweep continues where
 it stopped and nothing is computed twice.
 """

@@ -7,6 +7,7 @@ Each raises a one-line ``ValueError`` naming the bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +51,13 @@ def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
                              f"most {most}")
 
 
+def _largest_value(jaxpr) -> int:
+    """Bytes of the largest value a jaxpr takes or makes: a lower bound of its memory."""
+    values = [*jaxpr.invars, *(v for eqn in programs.equations(jaxpr) for v in eqn.outvars)]
+    return max((math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in values
+                if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=0)
+
+
 def largest_array(runner: programs.UnitRunner, problem: base.Problem) -> tuple[int, str]:
     """Bytes of the largest array in ``runner``'s programs for ``problem`` alone, and which
     program holds it: traced, not compiled or run."""
@@ -57,18 +65,18 @@ def largest_array(runner: programs.UnitRunner, problem: base.Problem) -> tuple[i
     with jax.default_matmul_precision(programs.MATMUL_PRECISION):
         build = jax.jit(programs.build_program(runner.template)).trace(key_seeds, args)
         instances, agent_keys, test_keys = build.out_info
-        sizes = {"build": programs.largest_array(build.jaxpr.jaxpr)}
-        if runner.train is None:
+        sizes = {"build": _largest_value(build.jaxpr.jaxpr)}
+        if runner.on_host:
             states = jax.ShapeDtypeStruct((1,), np.int32)  # a host agent's handles
         else:
             train = jax.jit(runner.train).trace(agent_keys, instances, num_train,
                                                 *runner.values)
-            sizes["training"], states = programs.largest_array(train.jaxpr.jaxpr), train.out_info
+            sizes["training"], states = _largest_value(train.jaxpr.jaxpr), train.out_info
         for tau, estimator in runner.evaluations:
             evaluate = jax.jit(lambda *a, tau=tau, estimator=estimator: runner.evaluate(
                 *a, tau=tau, tau_estimator=estimator)).trace(
                 test_keys, states, instances.env, *runner.values)
-            sizes[f"tau = {tau} evaluation"] = programs.largest_array(evaluate.jaxpr.jaxpr)
+            sizes[f"tau = {tau} evaluation"] = _largest_value(evaluate.jaxpr.jaxpr)
     name = max(sizes, key=sizes.get)
     return sizes[name], name
 

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 
 from neural_testbed import base
 from neural_testbed.run import programs as programs_lib
+from neural_testbed.run import rows as rows_lib
 from neural_testbed.run.options import RunOptions
 from neural_testbed.run.plan import WorkUnit
 
@@ -137,7 +138,7 @@ def _in_workers(units, options: RunOptions) -> Iterator[tuple[WorkUnit, list]]:
                         continue
                     deaths[index[id(unit)]] += 1
                     if deaths[index[id(unit)]] >= MAX_WORKER_DEATHS:
-                        yield unit, programs_lib.failed_rows_of(
+                        yield unit, rows_lib.failed_rows_of(
                             unit, f"the worker process died {MAX_WORKER_DEATHS} times "
                                   "running this unit (out of memory?)")
                     else:

@@ -103,9 +103,9 @@ class RunOptions:
                 raise ValueError(f"--address {self.address} names a Ray cluster: it needs "
                                  f"--backend ray (the backend is {self.backend})")
             if reach_address:
-                from neural_testbed.run import ray_backend
+                from neural_testbed.run import ray_cluster
 
-                ray_backend.check_address(self.address)
+                ray_cluster.check_address(self.address)
         kl.choose_estimator(1, self.estimator)
         return self
 

@@ -16,9 +16,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
@@ -32,13 +30,12 @@ from neural_testbed import base, diagnostics, evaluation
 from neural_testbed.agents import host, registry
 from neural_testbed.leaderboard import config_batches
 from neural_testbed.leaderboard import configs as configs_lib
-from neural_testbed.leaderboard import predictives
 from neural_testbed.likelihood import kl
+from neural_testbed.run import rows as rows_lib
 from neural_testbed.run.plan import WorkUnit, accepts_padding
 
 __all__ = ["MATMUL_PRECISION", "Programs", "UnitRunner", "build_program", "compile_traced",
-           "compute_unit", "error_text", "failed_rows", "failed_rows_of", "largest_array",
-           "result_row", "unit_runner", "use_full_float32_products"]
+           "compute_unit", "equations", "unit_runner", "use_full_float32_products"]
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +58,7 @@ def use_full_float32_products() -> None:
     jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION)
 
 
-def error_text(error: BaseException | str) -> str:
-    """An exception as text of at most about 1000 characters, for a failed row or a log."""
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    return text if len(text) <= 1000 else text[:1000] + " ..."
-
-
-def _equations(jaxpr) -> Iterator[Any]:
+def equations(jaxpr) -> Iterator[Any]:
     """Every equation of a jaxpr and of the jaxprs inside it (loop bodies, branches)."""
     for eqn in jaxpr.eqns:
         yield eqn
@@ -76,14 +67,7 @@ def _equations(jaxpr) -> Iterator[Any]:
                 if isinstance(inner, jax.extend.core.ClosedJaxpr):
                     inner = inner.jaxpr
                 if isinstance(inner, jax.extend.core.Jaxpr):
-                    yield from _equations(inner)
-
-
-def largest_array(jaxpr) -> int:
-    """Bytes of the largest value a jaxpr takes or makes: a lower bound of its memory."""
-    values = [*jaxpr.invars, *(v for eqn in _equations(jaxpr) for v in eqn.outvars)]
-    return max((math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in values
-                if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=0)
+                    yield from equations(inner)
 
 
 def compile_traced(traced: jax.stages.Traced) -> jax.stages.Compiled:
@@ -132,7 +116,7 @@ class Programs:
                 with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
                     traced = jax.jit(program).trace(*args)
                 entry.set_result((compile_traced(traced), any(
-                    e.primitive.name in FACTORISATIONS for e in _equations(traced.jaxpr.jaxpr))))
+                    e.primitive.name in FACTORISATIONS for e in equations(traced.jaxpr.jaxpr))))
             except BaseException as error:
                 with self._lock:
                     del self._compiled[key]
@@ -183,64 +167,54 @@ class UnitRunner:
         self.evaluations = kl.evaluations(template.taus, estimator)  # (tau, estimator)
         # The evaluation whose rows keep a regression agent's predictive at the probes.
         self._keeps_predictive = next(e for e in self.evaluations if e[0] == min(template.taus))
-        self._exclusive = contextlib.nullcontext()
         self.values: tuple[np.ndarray, ...] = ()  # the traced floats, [configs, fields]
         self.array_fields: tuple[str, ...] = ()  # the fields vmapped over, for a batch
-        batched = len(self.configs) > 1
-        if batched:
-            names = self.array_fields = config_batches.array_fields(self.configs, batchable)
-            self.values = (config_batches.values_of(self.configs, names),)
-            shapes = base.Shapes.of(template)
-
-            def agent_for(values):  # one config's agent, inside the vmap over configs
-                return make(config_batches.with_arrays(self.configs[0], names, values), shapes)
-        self._host = isinstance(agent, base.HostAgent)
-        if self._host:
-            if batched:
+        self.on_host = isinstance(agent, base.HostAgent)  # no training program
+        self._exclusive = threading.Lock() if self.on_host else contextlib.nullcontext()
+        if self.on_host:
+            if len(self.configs) > 1:
                 raise TypeError("a host agent trains outside JAX: one config at a time")
             # Its states live here between training and evaluation: one batch at a time.
-            self._host_agent, self._host_states = agent, host.HostStates()
-            self._exclusive = threading.Lock()
-            enn, self.train = host.host_enn(agent, self._host_states, template.num_classes), None
-        else:
-            enn, pads = agent.enn, accepts_padding(agent)
+            self._host_states = host.HostStates()
+            self._enn = host.host_enn(agent, self._host_states, template.num_classes)
+        elif len(self.configs) > 1:
+            self.array_fields = config_batches.array_fields(self.configs, batchable)
+            self.values = (config_batches.values_of(self.configs, self.array_fields),)
+            self._make, self._shapes = make, base.Shapes.of(template)
+        self._agent, self._pads = agent, accepts_padding(agent)
 
-            def train_problems(agent, agent_keys, instances, num_train):
-                def one(key, data, prior, num_train):
-                    if pads:  # T may be fewer than the (padded) rows: mark its own
-                        data = data._replace(mask=jax.numpy.arange(data.x.shape[0]) < num_train)
-                    return agent.train(jax.random.fold_in(key, agent_seed), data, prior)
-                return jax.vmap(one)(agent_keys, instances.data, instances.prior, num_train)
+    def _over_configs(self, f: Callable, values: tuple, *per_config):
+        """``f(agent, *per_config)`` of the one config, or vmapped over a batch's
+        configs (each its own agent, made from its traced values)."""
+        if not values:
+            return f(self._agent, *per_config)
+        return jax.vmap(lambda v, *a: f(self._make(config_batches.with_arrays(
+            self.configs[0], self.array_fields, v), self._shapes), *a))(values[0], *per_config)
 
-            def train(agent_keys, instances, num_train, *values):
-                if not batched:
-                    return train_problems(agent, agent_keys, instances, num_train)
-                return jax.vmap(lambda v: train_problems(agent_for(v), agent_keys, instances,
-                                                         num_train))(values[0])
-            self.train = train
+    def train(self, agent_keys, instances, num_train, *values):
+        """The trained states of a batch of problems ([configs,] problems, ...)."""
+        def problems(agent):
+            def one(key, data, prior, num_train):
+                if self._pads:  # T may be fewer than the (padded) rows: mark its own
+                    data = data._replace(mask=jax.numpy.arange(data.x.shape[0]) < num_train)
+                return agent.train(jax.random.fold_in(key, self.agent_seed), data, prior)
+            return jax.vmap(one)(agent_keys, instances.data, instances.prior, num_train)
+        return self._over_configs(problems, values)
 
-        def evaluate(test_keys, states, envs, *values, tau, tau_estimator):
-            def evaluator(enn):
-                if template.target == "regression":
-                    return evaluation.make_regression_evaluator(
-                        enn, tau, template.num_test, template.num_samples, tau_estimator)
-                return evaluation.make_evaluator(
-                    enn, tau, template.num_classes, template.num_test, template.num_samples,
-                    tau_estimator, num_hyperplanes=template.num_hyperplanes)
-
-            def one(args):
-                test_key, state, env = args
-                data_key, eval_key = jax.random.split(jax.random.fold_in(test_key, tau))
-                test = template.sample_test(data_key, env, tau)
-                if not batched:
-                    return evaluator(enn)(eval_key, state, test)
-                # Every config sees the problem's test samples and belief-sample keys.
-                return jax.vmap(lambda s, v: evaluator(agent_for(v).enn)(eval_key, s, test))(
-                    state, values[0])
-            if batched:  # states are [configs, problems, ...]: map over problems
-                states = jax.tree.map(lambda s: jax.numpy.swapaxes(s, 0, 1), states)
-            return jax.lax.map(one, (test_keys, states, envs))
-        self.evaluate = evaluate
+    def evaluate(self, test_keys, states, envs, *values, tau, tau_estimator):
+        """Evaluations at ``tau`` of a batch's states, one problem after another (memory
+        of one problem): [problems, [configs,] ...]."""
+        def one(args):
+            test_key, state, env = args
+            data_key, eval_key = jax.random.split(jax.random.fold_in(test_key, tau))
+            test = self.template.sample_test(data_key, env, tau)
+            # Every config sees the problem's test samples and belief-sample keys.
+            return self._over_configs(lambda agent, state: evaluation.evaluator_for(
+                self.template, self._enn if self.on_host else agent.enn, tau, tau_estimator)(
+                eval_key, state, test), values, state)
+        if values:  # states are [configs, problems, ...]: map over problems
+            states = jax.tree.map(lambda s: jax.numpy.swapaxes(s, 0, 1), states)
+        return jax.lax.map(one, (test_keys, states, envs))
 
     def arguments(self, batch: Sequence[base.Problem]):
         """The arguments of this batch's build and training programs."""
@@ -261,9 +235,11 @@ class UnitRunner:
         (instances, agent_keys, test_keys), compile_s, build_s = programs.run(
             ("build", self.template.shape, size), build_program(self.template),
             (key_seeds, args))
-        if self._host:
-            states, train_compile, train_s = self._train_on_host(agent_keys, instances,
-                                                                 batch[:num_real])
+        if self.on_host:
+            start = time.perf_counter()
+            states = host.train_on_host(self._agent, self._host_states, agent_keys,
+                                        instances, batch[:num_real], self.agent_seed)
+            train_compile, train_s = 0.0, time.perf_counter() - start
         else:
             states, train_compile, train_s = programs.run(
                 (id(self), "train", size), self.train,
@@ -280,12 +256,12 @@ class UnitRunner:
                 compile_s += eval_compile
                 evaluations[tau, estimator] = jax.device_get(ev), eval_s
         except Exception:
-            failure = self._host and self._host_states.take_failure()
+            failure = self.on_host and self._host_states.take_failure()
             if failure:  # the agent's error in one line, not XLA's wrapping of it
                 raise failure from None
             raise
         finally:
-            if self._host:
+            if self.on_host:
                 self._host_states.clear()
         shares = num_real * len(self.configs)  # (problem, config) pairs the times split over
         rows = []
@@ -298,102 +274,14 @@ class UnitRunner:
                     with jax.default_matmul_precision(MATMUL_PRECISION):
                         ev = ev._replace(diagnostics=diagnostics.summarise_batch(ev.diagnostics))
                 of_config[tau, estimator] = ev, eval_s / shares
-            rows += [self._row(p, tau, estimator, ev, i, c, (build_s + train_s) / shares,
-                               compile_s / shares, eval_seconds)
+            keys = {"agent_name": self.agent_name, "config_hash": self.config_hashes[c],
+                    "config_json": self.config_jsons[c], "agent_seed": self.agent_seed}
+            rows += [rows_lib.evaluated_row(
+                ev, i, p, tau, estimator, keep_predictive=(tau, estimator) == self._keeps_predictive,
+                seconds=((build_s + train_s) / shares, compile_s / shares, eval_seconds), **keys)
                      for i, p in enumerate(batch[:num_real])
                      for (tau, estimator), (ev, eval_seconds) in of_config.items()]
         return rows
-
-    def _train_on_host(self, agent_keys, instances, problems) -> tuple[np.ndarray, float, float]:
-        """Trains a host agent problem by problem, each on its own T pairs (the first rows
-        of a padded set, without a mask); returns its states' handles (padding problems
-        reuse the last)."""
-        start = time.perf_counter()
-        data = jax.device_get(instances.data)
-        temperatures = np.asarray(jax.device_get(instances.prior.temperature))
-        handles = []
-        for i, problem in enumerate(problems):
-            key = jax.random.fold_in(agent_keys[i], self.agent_seed)
-            rows = problem.num_train
-            prior = instances.prior.replace(temperature=float(temperatures[i]))
-            state = self._host_agent.train(host.host_seed(key), base.Data(
-                x=data.x[i, :rows], y=data.y[i, :rows]), prior)
-            handles.append(self._host_states.put(state))
-        handles += [handles[-1]] * (len(agent_keys) - len(problems))
-        return np.array(handles, np.int32), 0.0, time.perf_counter() - start
-
-    def _row(self, problem, tau, estimator, ev: evaluation.Evaluation, i, c, train_seconds,
-             compile_seconds, eval_seconds) -> base.ProblemResult:
-        values = {name: float(np.asarray(getattr(ev, field))[i]) for name, field in (
-            ("estimate", "kl"), ("estimate_stderr", "kl_stderr"), ("accuracy", "accuracy"),
-            ("ece", "ece"))}  # the evaluator's kl is its estimate of the problem's metric
-        status, error = "ok", ""
-        if not bool(np.asarray(ev.logits_valid)[i]):
-            status, error = "failed", "the agent produced NaN or +inf logits"
-        elif not np.isfinite(values["estimate"]):
-            status, error = "failed", (
-                f"the {problem.metric} estimate is not finite ({values['estimate']}): the agent "
-                "gave probability 0 to the observed labels of every test sample")
-        predictive = None
-        if (status == "ok" and (tau, estimator) == self._keeps_predictive
-                and isinstance(ev.diagnostics, diagnostics.RegressionDiagnostics)):
-            belief = ev.diagnostics.predictive
-            predictive = predictives.encode(np.asarray(belief.mean)[i],
-                                            np.asarray(belief.spread)[i],
-                                            np.asarray(belief.noise_variance)[i])
-        record = (diagnostics.as_regression_record(ev.diagnostics, i)
-                  if isinstance(ev.diagnostics, diagnostics.RegressionDiagnostics)
-                  else diagnostics.as_record(ev.diagnostics, i))
-        return result_row(self.agent_name, self.config_hashes[c], self.config_jsons[c], problem,
-                          tau, estimator, self.agent_seed, **values,
-                          num_clipped=int(np.asarray(ev.num_clipped)[i]),
-                          train_seconds=train_seconds, compile_seconds=compile_seconds,
-                          eval_seconds=eval_seconds, status=status, error=error,
-                          diagnostics=json.dumps(record), predictive=predictive)
-
-
-def result_row(agent_name: str, config_hash: str, config_json: str, problem: base.Problem,
-               tau: int, estimator: str, agent_seed: int, *, estimate: float,
-               estimate_stderr: float, accuracy: float, ece: float,
-               **values) -> base.ProblemResult:
-    """A row with every key column filled in from the problem and the run settings.
-
-    ``estimate`` (and its stderr) is of the problem's metric and goes to that metric's
-    column; a regression row has its noise variance, and no temperature, class count,
-    accuracy or ECE (None), which do not apply to it.
-    """
-    regression, exact = problem.target == "regression", problem.metric == "kl"
-    return base.ProblemResult(
-        agent=agent_name, config_hash=config_hash, config=config_json,
-        problem_id=problem.problem_id, problem_hash=base.definition_hash(problem),
-        target=problem.target, temperature=None if regression else problem.temperature,
-        noise_variance=problem.noise_variance if regression else None,
-        num_train=problem.num_train, seed=problem.seed, input_dim=problem.input_dim,
-        num_classes=None if regression else problem.num_classes, tau=tau,
-        num_test=problem.num_test, num_samples=problem.num_samples, estimator=estimator,
-        agent_seed=agent_seed, metric=problem.metric,
-        kl=estimate if exact else None, kl_stderr=estimate_stderr if exact else None,
-        nll=None if exact else estimate, nll_stderr=None if exact else estimate_stderr,
-        accuracy=None if regression else accuracy, ece=None if regression else ece, **values)
-
-
-def failed_rows(agent_name: str, config: Any, problems: Sequence[base.Problem],
-                estimator: str, agent_seed: int, error: BaseException | str):
-    """Failed rows for every (problem, tau) of problems that could not be computed."""
-    nan = float("nan")
-    config_hash = configs_lib.config_hash(agent_name, config)
-    config_json = configs_lib.config_json(config)
-    return [result_row(agent_name, config_hash, config_json, p, tau, tau_estimator, agent_seed,
-                       estimate=nan, estimate_stderr=nan, num_clipped=0, accuracy=nan, ece=nan,
-                       train_seconds=nan, compile_seconds=nan, eval_seconds=nan,
-                       status="failed", error=error_text(error))
-            for p in problems for tau, tau_estimator in kl.evaluations(p.taus, estimator)]
-
-
-def failed_rows_of(unit: WorkUnit, error: BaseException | str) -> list[base.ProblemResult]:
-    """Failed rows for every (config, problem, tau) of a unit that could not run at all."""
-    return [row for c in unit.configs for row in failed_rows(
-        unit.agent, c, unit.problems, unit.estimator, unit.agent_seed, error)]
 
 
 def unit_runner(unit: WorkUnit, programs: Programs,
@@ -429,7 +317,7 @@ def compute_unit(unit: WorkUnit, programs: Programs,
     try:
         runner = unit_runner(unit, programs, build)
     except Exception as error:  # building the agent or its runner failed: every row fails
-        return failed_rows_of(unit, error)
+        return rows_lib.failed_rows_of(unit, error)
     size = max(unit.pad_to, len(unit.problems))
     padded = list(unit.problems) + [unit.problems[-1]] * (size - len(unit.problems))
     try:
@@ -438,11 +326,11 @@ def compute_unit(unit: WorkUnit, programs: Programs,
         if unit.more_configs:  # say where it ran: make may have used a field in Python
             error = (f"{len(unit.configs)} configs vmapped over "
                      f"{', '.join(runner.array_fields)} (the agent's batchable fields, float32 "
-                     f"arrays there): {error_text(error)}")
+                     f"arrays there): {rows_lib.error_text(error)}")
         if len(unit.problems) == 1:
             log.warning("%s failed on %s: %s", unit.agent, unit.problems[0].problem_id, error)
-            return failed_rows_of(unit, error)
+            return rows_lib.failed_rows_of(unit, error)
         log.warning("%s: a batch of %d problems failed (%s); one problem at a time",
-                    unit.agent, len(unit.problems), error_text(error))
+                    unit.agent, len(unit.problems), rows_lib.error_text(error))
         return [row for p in unit.problems for row in compute_unit(
             dataclasses.replace(unit, problems=(p,), pad_to=1), programs, build)]

@@ -15,7 +15,7 @@ from neural_testbed.figures import canvas
 from neural_testbed.figures import leaderboard as figures
 from neural_testbed.leaderboard import scoring
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 
 # 2 temperatures x 2 T x 2 seeds of the paper sweep: 8 problems.
 PROBLEMS = {
@@ -26,7 +26,7 @@ PROBLEMS = {
 
 def _row(agent, config_hash, problem, tau, kl, seconds=0.5, status="ok", config=None):
     """A stored row whose d_KL (or NLL, on real data) is ``kl``."""
-    row = runner.result_row(
+    row = run_rows.result_row(
         agent, config_hash, config or f'{{"id":"{config_hash}"}}', problem, tau, "auto", 0,
         estimate=kl, estimate_stderr=0.01 * kl, num_clipped=0, accuracy=0.8, ece=0.05,
         train_seconds=seconds, compile_seconds=0.0, eval_seconds=seconds / 10, status=status,

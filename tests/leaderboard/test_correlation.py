@@ -11,7 +11,7 @@ from neural_testbed import cli, leaderboard
 from neural_testbed.agents import registry
 from neural_testbed.leaderboard import configs, correlation
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 
 SYNTHETIC = leaderboard.get_sweep("quick")  # T in {10, 100, 1000}: low = T 10, high = T 1000
 REAL = leaderboard.get_sweep("real-quick")  # T in {10, full}: low = T 10, high = full
@@ -28,7 +28,7 @@ EXACT = 1e-9
 
 def _row(agent, config_hash, problem, tau, kl, agent_seed=0):
     """A stored row whose d_KL (synthetic) or NLL (real) is ``kl``."""
-    row = runner.result_row(
+    row = run_rows.result_row(
         agent, config_hash, "{}", problem, tau, "auto", agent_seed, estimate=kl,
         estimate_stderr=0.01, num_clipped=0, accuracy=0.9, ece=0.05, train_seconds=1.0,
         compile_seconds=0.0, eval_seconds=0.5)

@@ -6,7 +6,7 @@ import pytest
 
 from neural_testbed import agents, base, cli
 from neural_testbed.leaderboard import baselines, counted, problems, scoring
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
 
 QUICK = problems.get_sweep("quick")
@@ -17,7 +17,7 @@ WIDE_HASH = store_lib.config_hash("mlp", WIDE)
 
 
 def _row(agent, config_hash, pid, tau, kl, version="0.1.0", **extra):
-    row = runner.result_row(agent, config_hash, "{}", QUICK[pid], tau, "auto", 0, estimate=kl,
+    row = run_rows.result_row(agent, config_hash, "{}", QUICK[pid], tau, "auto", 0, estimate=kl,
                             estimate_stderr=0.01, num_clipped=0, accuracy=0.9, ece=0.1,
                             train_seconds=1.0, compile_seconds=0.0, eval_seconds=0.5)
     return store_lib.StoredRow(**{**row.as_dict(), **extra}, version=version, timestamp="t")

@@ -4,7 +4,7 @@ import pytest
 
 from neural_testbed import agents, leaderboard
 from neural_testbed.leaderboard import configs
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 
 pd = pytest.importorskip("pandas")
 
@@ -15,7 +15,7 @@ def test_frames_match_the_scoring_functions(tmp_path):
     with leaderboard.ResultsStore(path) as store:
         for name, kl in (("mlp", 0.4), ("other", 0.2)):
             config = agents.MLPConfig()
-            rows = [runner.result_row(
+            rows = [run_rows.result_row(
                 name, configs.config_hash(name, config), configs.config_json(config), p, tau,
                 "auto", 0, estimate=kl * tau + 0.01 * p.seed, estimate_stderr=0.01, num_clipped=0,
                 accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.0,

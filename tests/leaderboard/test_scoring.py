@@ -9,7 +9,7 @@ from scipy import stats
 
 from neural_testbed import leaderboard
 from neural_testbed.leaderboard import scoring
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
 
 PAPER = leaderboard.get_sweep("paper")
@@ -25,7 +25,7 @@ def _row(agent, config_hash, pid, tau, kl, status="ok", accuracy=0.9, ece=0.1, *
 
 def _stored(problem, agent, config_hash, tau, estimate, accuracy=0.9, ece=0.1, **extra):
     """A stored row of ``problem``: ``estimate`` is its d_KL or NLL, as its metric says."""
-    row = runner.result_row(agent, config_hash, f'{{"name":"{config_hash}"}}', problem, tau,
+    row = run_rows.result_row(agent, config_hash, f'{{"name":"{config_hash}"}}', problem, tau,
                             "auto", 0, estimate=estimate, estimate_stderr=0.01, num_clipped=0,
                             accuracy=accuracy, ece=ece, train_seconds=1.0, compile_seconds=0.0,
                             eval_seconds=0.5)

@@ -16,7 +16,7 @@ import pytest
 
 from neural_testbed import agents, base, generative, leaderboard
 from neural_testbed.leaderboard import predictives
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
 
 PROBLEMS = leaderboard.get_sweep("smoke")
@@ -24,7 +24,7 @@ CONFIG = agents.MLPConfig()
 
 
 def _result(pid, tau, kl=0.5, status="ok", config=CONFIG, agent="mlp"):
-    return runner.result_row(
+    return run_rows.result_row(
         agent, store_lib.config_hash(agent, config), store_lib.config_json(config),
         PROBLEMS[pid], tau, "auto", 0, estimate=kl, estimate_stderr=0.01, num_clipped=0,
         accuracy=0.9, ece=0.05, train_seconds=1.0, compile_seconds=0.2, eval_seconds=0.5,
@@ -65,12 +65,12 @@ import sys
 import tempfile
 from neural_testbed import agents, leaderboard
 from neural_testbed.leaderboard import configs
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 problem = leaderboard.get_sweep("paper")["classification_2d/0"]
 store = leaderboard.ResultsStore(sys.argv[1])
 for i in range(int(sys.argv[3])):
     config = agents.MLPConfig(num_steps=1 + i)
-    row = runner.result_row(
+    row = run_rows.result_row(
         sys.argv[2], configs.config_hash(sys.argv[2], config), configs.config_json(config),
         problem, 1, "auto", 0, estimate=0.1, estimate_stderr=0.01, num_clipped=0, accuracy=1.0,
         ece=0.0, train_seconds=0.1, compile_seconds=0.0, eval_seconds=0.1)
@@ -418,7 +418,7 @@ def test_rows_written_today_carry_one_meaning_per_column(tmp_path):
     noise_variance; neither row has a value in the other's columns."""
     real = generative.file_problems(_npz(tmp_path))["data.npz/0"]
     regression = leaderboard.get_sweep("regression-quick")["regression/0"]
-    rows = [runner.result_row("mlp", "h", "{}", problem, 1, "auto", 0, estimate=0.7,
+    rows = [run_rows.result_row("mlp", "h", "{}", problem, 1, "auto", 0, estimate=0.7,
                               estimate_stderr=0.1, num_clipped=0, accuracy=0.8, ece=0.1,
                               train_seconds=1.0, compile_seconds=0.0, eval_seconds=0.5)
             for problem in (real, regression)]

@@ -13,7 +13,7 @@ import pytest
 from neural_testbed import active, agents, cli, leaderboard
 from neural_testbed.active import tal
 from neural_testbed.leaderboard import configs, probing, studies
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
 
 QUICK = leaderboard.get_sweep("regression-quick")
@@ -140,7 +140,7 @@ def _fake_probes(self_certainty):
 
 
 def _rows(agent, config, kl, diagnostics=lambda pid: None):
-    return [runner.result_row(
+    return [run_rows.result_row(
         agent, configs.config_hash(agent, config), configs.config_json(config), p, tau, "auto", 0,
         estimate=kl * tau, estimate_stderr=0.01, num_clipped=0, accuracy=None, ece=None,
         train_seconds=1.0,

@@ -13,7 +13,7 @@ import pytest
 from neural_testbed import cli, leaderboard
 from neural_testbed.diagnostics import xll
 from neural_testbed.leaderboard import predictives, xll_scores
-from neural_testbed.run import programs as runner
+from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
 
 SWEEP = leaderboard.get_sweep("regression-quick")
@@ -48,7 +48,7 @@ def _rows(agent, encode):
         problem = SWEEP[pid]
         blob = None if encode is None else encode(_env(pid))
         for tau in problem.taus:
-            rows.append(runner.result_row(
+            rows.append(run_rows.result_row(
                 agent, store_lib.config_hash(agent, None), store_lib.config_json(None), problem,
                 tau, "auto", 0, estimate=1.0, estimate_stderr=0.1, num_clipped=0, accuracy=np.nan,
                 ece=np.nan, train_seconds=1.0, compile_seconds=0.0, eval_seconds=1.0,
