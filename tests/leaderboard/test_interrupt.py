@@ -124,9 +124,9 @@ def _assert_clean_interrupt(status, err, db):
             assert {r.status for r in store.rows()} <= {"ok"}
 
 
-def test_ctrl_c_on_a_serial_run_exits_130_every_time_and_the_run_resumes(tmp_path):
+def test_ctrl_c_on_a_serial_run_exits_130_computing_or_writing_and_the_run_resumes(tmp_path):
     interrupted = []
-    for i in range(4):
+    for i in range(2):  # a Ctrl-C while the first unit computes, and once rows are stored
         status, err, db = _interrupt(tmp_path, f"serial{i}", after_rows=bool(i % 2))
         _assert_clean_interrupt(status, err, db)
         interrupted.append(db)
