@@ -11,7 +11,10 @@ cache and then warm runs with the cache it filled) for each variant:
 - ``two-workers``: ``--units-at-once 1 --workers 2`` (two local worker processes
   instead of two units in threads of one process);
 - ``no-cache``: ``NEURAL_TESTBED_CACHE_DIR=off`` (no persistent compilation cache: every
-  run is cold).
+  run is cold);
+- ``system-malloc``: ``NEURAL_TESTBED_SYSTEM_MALLOC=1`` (glibc's own mmap and trim
+  thresholds instead of :mod:`neural_testbed.memory`'s; it matters where evaluations
+  allocate large buffers, e.g. ``--agent dropout``).
 
 Each variant's cold and median warm wall seconds (interpreter start included) and the
 command's own compiling figure are appended, with the machine, date, versions and
@@ -39,7 +42,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import cold_and_warm  # noqa: E402  (the runner of a timed command)
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "mechanisms.jsonl"
-VARIANTS = ("default", "one-unit", "two-workers", "no-cache")
+VARIANTS = ("default", "one-unit", "two-workers", "no-cache", "system-malloc")
 
 
 def _versions() -> dict[str, str]:
@@ -66,6 +69,10 @@ def measure(agent: str, sweep: str, variant: str, repeats: int) -> dict[str, obj
     more = {"one-unit": ["--units-at-once", "1"],
             "two-workers": ["--units-at-once", "1", "--workers", "2"]}.get(variant, [])
     load = os.getloadavg()[0]
+    if variant == "system-malloc":  # the command reads it from its environment
+        os.environ["NEURAL_TESTBED_SYSTEM_MALLOC"] = "1"
+    else:
+        os.environ.pop("NEURAL_TESTBED_SYSTEM_MALLOC", None)
     with tempfile.TemporaryDirectory() as scratch:
         cache = "off" if variant == "no-cache" else os.path.join(scratch, "cache")
         runs = []
@@ -80,7 +87,9 @@ def measure(agent: str, sweep: str, variant: str, repeats: int) -> dict[str, obj
         "warm_median_wall_s": statistics.median(warm) if warm else None, "runs": runs,
         "aggregate": aggregate, "load_average_before": round(load, 2),
         "load_average_after": round(os.getloadavg()[0], 2),
-        "command": f"neural-testbed run --agent {agent} --sweep {sweep} {' '.join(more)}".strip(),
+        "command": (f"{'NEURAL_TESTBED_SYSTEM_MALLOC=1 ' if variant == 'system-malloc' else ''}"
+                    f"neural-testbed run --agent {agent} --sweep {sweep} "
+                    f"{' '.join(more)}").strip(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": _machine(), "versions": _versions(),
     }

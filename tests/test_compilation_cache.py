@@ -5,6 +5,7 @@ import logging
 import os
 import pathlib
 import pickle
+import shutil
 import stat
 import subprocess
 import sys
@@ -52,6 +53,27 @@ def _run(args, cwd, cache):
     return proc.stdout
 
 
+RUN = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=10", "--taus", "1",
+       "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """A function giving the cache as one run of :data:`RUN` filled it from empty, afresh
+    for each test. Always at the same path: JAX keys a program by the cache's path too
+    (it points XLA's own caches into it), so a copy elsewhere would be a cold cache."""
+    path = tmp_path_factory.mktemp("first_run")
+    cache, saved = path / "cache", path / "saved"
+    _run([*RUN, "--db", "first.db"], path, cache)
+    cache.rename(saved)
+
+    def fresh():
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.copytree(saved, cache)
+        return cache
+    return fresh
+
+
 def _programs(cache):
     """Cached program -> when it was last read or written (JAX's "-atime" file beside it)."""
     return {p.name[:-len("-atime")]: p.read_bytes() for p in cache.iterdir()
@@ -59,16 +81,13 @@ def _programs(cache):
 
 
 @pytest.mark.slow  # two runs of the command, the second with worker processes
-def test_a_second_run_into_a_new_store_compiles_nothing(tmp_path):
+def test_a_second_run_into_a_new_store_compiles_nothing(tmp_path, first_run):
     """The command writes its programs to the cache; the same sweep again, into a new store
     with two worker processes, compiles none (no new entry in JAX's cache)."""
-    cache = tmp_path / "cache"
-    run = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=10", "--taus", "1",
-           "--quiet"]
-    _run([*run, "--db", "first.db"], tmp_path, cache)
+    cache = first_run()
     programs = _programs(cache)
     assert len(programs) >= 3  # building, training, evaluation at least
-    out = _run([*run, "--db", "second.db", "--workers", "2"], tmp_path, cache)
+    out = _run([*RUN, "--db", "second.db", "--workers", "2"], tmp_path, cache)
     assert "4 rows computed, 0 reused" in out
     assert _programs(cache).keys() == programs.keys()
 
@@ -119,21 +138,18 @@ class _Payload:
 
 
 @pytest.mark.slow  # two runs of the command
-def test_a_crafted_file_in_the_cache_is_never_unpickled(tmp_path):
+def test_a_crafted_file_in_the_cache_is_never_unpickled(tmp_path, first_run):
     """Every file a run left in the cache folder is replaced by a pickle that would create a
     marker file when loaded (its ``.executable`` files, which the removed executable cache
     unpickled, compressed as it read them); the next run of the same sweep computes its
     rows and the marker never appears."""
-    cache = tmp_path / "cache"
-    run = ["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=10", "--taus", "1",
-           "--quiet"]
-    _run([*run, "--db", "first.db"], tmp_path, cache)
+    cache = first_run()
     marker = tmp_path / "unpickled"
     blob = pickle.dumps(_Payload(marker))
     entries = [p for p in cache.rglob("*") if p.is_file() and not p.name.endswith("-atime")]
     assert entries  # not vacuous: the first run wrote programs
     for entry in entries:
         entry.write_bytes(zlib.compress(blob) if entry.suffix == ".executable" else blob)
-    out = _run([*run, "--db", "second.db"], tmp_path, cache)
+    out = _run([*RUN, "--db", "second.db"], tmp_path, cache)
     assert "4 rows computed, 0 reused" in out
     assert not marker.exists()

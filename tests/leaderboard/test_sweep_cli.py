@@ -151,17 +151,21 @@ def refused_address():
      "--address 'head': need HOST:PORT of a running Ray cluster's head, e.g. 10.0.0.5:6379"),
 ])
 def test_a_bad_ray_address_is_one_line_before_any_work(tmp_path, refused_address, flags,
-                                                       message):
+                                                       message, monkeypatch, capsys):
     """Refused at once (Ray itself retried an unreachable address for minutes), before the
-    store is made, and no Ray is started."""
+    store is made, and no Ray is started (the command's entry point, in this process)."""
+    from neural_testbed import cli
+
     flags = [f.format(address=refused_address) for f in flags]
+    monkeypatch.chdir(tmp_path)
     start = time.monotonic()
-    status, out, err = _run(["run", "--agent", "mlp", "--sweep", "smoke", "--db", "x.db",
-                             *flags], tmp_path, timeout=60)
+    status = cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", "x.db", *flags])
     assert time.monotonic() - start < 30
     assert status == 2
-    assert err == f"neural-testbed: error: {message.format(address=refused_address)}\n"
+    assert capsys.readouterr().err == (
+        f"neural-testbed: error: {message.format(address=refused_address)}\n")
     assert not (tmp_path / "x.db").exists()
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
 
 
 def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
