@@ -29,7 +29,7 @@ import time
 
 import jax
 
-from neural_testbed import agents, leaderboard, memory
+from neural_testbed import agents, leaderboard
 
 _PAPER_NUM_TRAIN = (1, 3, 10, 30, 100, 300, 1000)
 _PROBLEMS_PER_T_IN_PAPER = 30  # 3 temperatures x 10 seeds
@@ -75,7 +75,6 @@ def time_quick_sweep(name: str) -> float:
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=["ensemble", "ensemble+", "hypermodel"])
     parser.add_argument("--num-train", type=int, nargs="+", default=list(_PAPER_NUM_TRAIN),

@@ -38,7 +38,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import agents, base, evaluation, leaderboard, memory
+from neural_testbed import agents, base, evaluation, leaderboard
 
 
 def _best_of(fn, repeats: int) -> float:
@@ -124,7 +124,6 @@ def time_agent(name: str, config, num_train: int, batch: int, repeats: int,
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=["dropout", "bbb", "sgmcmc"])
     parser.add_argument("--num-train", nargs="+", type=int, default=[10, 1000])

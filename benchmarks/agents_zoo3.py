@@ -30,7 +30,7 @@ import time
 
 import jax
 
-from neural_testbed import agents, leaderboard, memory
+from neural_testbed import agents, leaderboard
 
 DEFAULT_AGENTS = ["mlp", "knn", "random_forest", "epinet", "deep_kernel", "laplace"]
 
@@ -68,7 +68,6 @@ def time_agent(name: str, num_train: int, count: int) -> dict[str, float]:
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=DEFAULT_AGENTS,
                         choices=sorted(agents.AGENTS))

@@ -27,7 +27,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import base, evaluation, leaderboard, memory
+from neural_testbed import base, evaluation, leaderboard
 
 _HIDDEN = 50
 
@@ -61,7 +61,6 @@ def _find_problem(problem_id: str):
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--problem", default="classification_2d/97")

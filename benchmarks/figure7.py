@@ -28,12 +28,11 @@ import time
 import jax
 import numpy as np
 
-from neural_testbed import agents, leaderboard, memory
+from neural_testbed import agents, leaderboard
 from neural_testbed.figures import leaderboard as figures
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default="figure7.db", help="results store (resumed)")
     parser.add_argument("--out", default=".", help="directory for figure7.png")

@@ -11,10 +11,13 @@ cache and then warm runs with the cache it filled) for each variant:
 - ``two-workers``: ``--units-at-once 1 --workers 2`` (two local worker processes
   instead of two units in threads of one process);
 - ``no-cache``: ``NEURAL_TESTBED_CACHE_DIR=off`` (no persistent compilation cache: every
-  run is cold);
-- ``system-malloc``: ``NEURAL_TESTBED_SYSTEM_MALLOC=1`` (glibc's own mmap and trim
-  thresholds instead of :mod:`neural_testbed.memory`'s; it matters where evaluations
-  allocate large buffers, e.g. ``--agent dropout``).
+  run is cold).
+
+Mechanisms measured here and removed since, their records kept in the results file:
+``system-malloc`` (``NEURAL_TESTBED_SYSTEM_MALLOC=1``, glibc's own mmap and trim
+thresholds instead of the command's raised ones: no measurable difference for dropout
+or bbb on ``smoke``, 2026-12-02, so the tuning went) and ``compile-serial`` (the
+compile-ahead thread pool).
 
 Each variant's cold and median warm wall seconds (interpreter start included) and the
 command's own compiling figure are appended, with the machine, date, versions and
@@ -42,7 +45,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import cold_and_warm  # noqa: E402  (the runner of a timed command)
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "mechanisms.jsonl"
-VARIANTS = ("default", "one-unit", "two-workers", "no-cache", "system-malloc")
+VARIANTS = ("default", "one-unit", "two-workers", "no-cache")
 
 
 def _versions() -> dict[str, str]:
@@ -69,10 +72,6 @@ def measure(agent: str, sweep: str, variant: str, repeats: int) -> dict[str, obj
     more = {"one-unit": ["--units-at-once", "1"],
             "two-workers": ["--units-at-once", "1", "--workers", "2"]}.get(variant, [])
     load = os.getloadavg()[0]
-    if variant == "system-malloc":  # the command reads it from its environment
-        os.environ["NEURAL_TESTBED_SYSTEM_MALLOC"] = "1"
-    else:
-        os.environ.pop("NEURAL_TESTBED_SYSTEM_MALLOC", None)
     with tempfile.TemporaryDirectory() as scratch:
         cache = "off" if variant == "no-cache" else os.path.join(scratch, "cache")
         runs = []
@@ -87,9 +86,7 @@ def measure(agent: str, sweep: str, variant: str, repeats: int) -> dict[str, obj
         "warm_median_wall_s": statistics.median(warm) if warm else None, "runs": runs,
         "aggregate": aggregate, "load_average_before": round(load, 2),
         "load_average_after": round(os.getloadavg()[0], 2),
-        "command": (f"{'NEURAL_TESTBED_SYSTEM_MALLOC=1 ' if variant == 'system-malloc' else ''}"
-                    f"neural-testbed run --agent {agent} --sweep {sweep} "
-                    f"{' '.join(more)}").strip(),
+        "command": f"neural-testbed run --agent {agent} --sweep {sweep} {' '.join(more)}".strip(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": _machine(), "versions": _versions(),
     }

@@ -20,11 +20,10 @@ import time
 
 import jax
 
-from neural_testbed import agents, leaderboard, memory
+from neural_testbed import agents, leaderboard
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="paper")
     parser.add_argument("--repeats", type=int, default=3)

@@ -20,7 +20,7 @@ import statistics
 
 import jax
 
-from neural_testbed import agents, base, evaluation, leaderboard, memory
+from neural_testbed import agents, base, evaluation, leaderboard
 
 _CONFIGS = {
     "mlp": ("mlp", agents.MLPConfig()),
@@ -41,7 +41,6 @@ def _kl100_both(problem, agent, train, evaluators):
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="problems per (temperature, T)")
     parser.add_argument("--num-train", type=int, nargs="+", default=[1, 10, 100])

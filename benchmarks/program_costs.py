@@ -28,7 +28,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import sys
 import time
 

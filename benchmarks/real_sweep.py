@@ -23,11 +23,10 @@ import time
 
 import jax
 
-from neural_testbed import agents, leaderboard, memory
+from neural_testbed import agents, leaderboard
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent", default="mlp", choices=sorted(agents.AGENTS))
     parser.add_argument("--sweep", default="real", choices=["real", "real-quick"])

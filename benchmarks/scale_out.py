@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 
-from neural_testbed import agents, leaderboard, memory
+from neural_testbed import agents, leaderboard
 
 
 def _sweep(agent: str, problems, **kwargs) -> float:
@@ -45,7 +45,6 @@ def _ray_task_overhead(num_tasks: int) -> float:
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="paper")
     parser.add_argument("--agent", default="mlp")

@@ -24,7 +24,7 @@ import time
 
 import jax
 
-from neural_testbed import agents, leaderboard, memory
+from neural_testbed import agents, leaderboard
 
 PAPER_AGENTS = ["mlp", "ensemble", "dropout", "bbb", "hypermodel", "ensemble+", "sgmcmc"]
 
@@ -47,7 +47,6 @@ def time_agent(name: str, problems) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=PAPER_AGENTS)
     parser.add_argument("--sweep", default="smoke")

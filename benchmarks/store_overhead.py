@@ -17,11 +17,10 @@ import statistics
 import tempfile
 import time
 
-from neural_testbed import agents, leaderboard, memory
+from neural_testbed import agents, leaderboard
 
 
 def main() -> None:
-    memory.keep_freed_memory()  # as the CLI does: this script owns its process
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="quick")
     parser.add_argument("--repeats", type=int, default=3)

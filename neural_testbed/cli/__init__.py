@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from neural_testbed import compilation_cache, memory, outputs
+from neural_testbed import compilation_cache, outputs
 from neural_testbed.agents import plugins
 from neural_testbed.cli import compute, listing, options, reproduce, scores, stores, studies
 from neural_testbed.generative import datasets
@@ -47,11 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _set_up(args) -> None:
-    """What every command does first: the command owns its process (see memory.py,
+    """What every command does first: the command owns its process (see
     compilation_cache.py and run.programs.MATMUL_PRECISION), and agents from plugins and
     ``--import`` are registered."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    memory.keep_freed_memory()
     compilation_cache.enable()
     programs.use_full_float32_products()
     plugins.load_entry_points()

@@ -211,8 +211,11 @@ def leaderboard(args) -> int:
         for name in metrics:  # a study metric with no record stored for any agent
             record.setdefault(name, float("nan"))
             record.setdefault(f"{name}_stderr", float("nan"))
-    columns = (_BOARD_COLUMNS[:-1] + tuple(c for m in metrics for c in (m, f"{m}_stderr"))
-               + _BOARD_COLUMNS[-1:] + (("config",) if args.verbose else ()))
+    loss = records[0]["metric"]  # the columns say which: kl_1 or nll_1
+    board = tuple(c.replace("kl_", f"{loss}_", 1) if c.startswith("kl_") else c
+                  for c in _BOARD_COLUMNS)
+    columns = (board[:-1] + tuple(c for m in metrics for c in (m, f"{m}_stderr"))
+               + board[-1:] + (("config",) if args.verbose else ()))
     print(scoring.format_records(records, args.format, columns))
     return 0
 

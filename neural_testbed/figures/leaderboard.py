@@ -150,11 +150,12 @@ def figure_normalised_kl(
     axes = figure.subplots(1, 2)
     positions = np.arange(len(records))
     labels = [r.get("label", r["agent"]) + ("*" if r.get("flag") else "") for r in records]
+    loss = records[0]["metric"]
     for ax, tau in zip(axes, (1, 100)):
-        normalised = any(_finite(r[f"kl_{tau}_norm"]) for r in records)
+        normalised = any(_finite(r[f"{loss}_{tau}_norm"]) for r in records)
         values, errors = [], []
         for r in records:
-            name = f"kl_{tau}_norm" if normalised else f"kl_{tau}"
+            name = f"{loss}_{tau}_norm" if normalised else f"{loss}_{tau}"
             se = r.get(f"{name}_stderr", math.nan)
             values.append(r[name])
             errors.append(se if _finite(se) else 0.0)
@@ -200,7 +201,7 @@ def figure_kl_vs_num_train(
     Returns:
       ``path``.
     """
-    records = [r for r in setting_records if r["tau"] == tau and _finite(r["kl"])]
+    records = [r for r in setting_records if r["tau"] == tau and _finite(r[r["metric"]])]
     if not records:
         raise ValueError(f"no KL results at tau={tau} to plot")
     colours = _colours((r["agent"] for r in records), baseline)
@@ -211,7 +212,8 @@ def figure_kl_vs_num_train(
     names = _source_labels(records)
     for ax, temperature in zip(axes, temperatures):
         for agent in agents:
-            points = sorted((r["num_train"], r["kl"], r["kl_stderr"]) for r in records
+            points = sorted((r["num_train"], r[r["metric"]], r[f"{r['metric']}_stderr"])
+                            for r in records
                             if r["agent"] == agent and r["temperature"] == temperature)
             if not points:
                 continue
@@ -261,7 +263,7 @@ def figure_kl_vs_time(
     Returns:
       ``path``.
     """
-    records = [r for r in candidate_records if _finite(r["kl_100"])
+    records = [r for r in candidate_records if _finite(r[f"{r['metric']}_100"])
                and _finite(r["seconds_per_problem"]) and r["seconds_per_problem"] > 0]
     if not records:
         raise ValueError("no configs with a finite d_KL^100 and a positive time to plot")
@@ -275,7 +277,8 @@ def figure_kl_vs_time(
     for agent in sorted({r["agent"] for r in records}):
         mine = [r for r in records if r["agent"] == agent]
         full = [r["problems"] == most for r in mine]
-        ax.scatter([r["seconds_per_problem"] for r in mine], [r["kl_100"] / divisor for r in mine],
+        ax.scatter([r["seconds_per_problem"] for r in mine],
+                   [r[f"{r['metric']}_100"] / divisor for r in mine],
                    label=names[agent], s=30, edgecolors=colours[agent], linewidths=1.2,
                    facecolors=[colours[agent] if f else "none" for f in full])
     ax.set_xscale("log")
@@ -387,7 +390,7 @@ def save_figures(
     global_tuned = scoring.score_agents(rows, problems, tuning="global", baseline=baseline)[0]
     default = configs_lib.config_hash(baseline, registry.AGENTS[baseline].default) \
         if baseline in registry.AGENTS else None
-    base_kl_100 = next((r["kl_100"] for r in global_tuned if r["agent"] == baseline
+    base_kl_100 = next((r[f"{r['metric']}_100"] for r in global_tuned if r["agent"] == baseline
                         and r["config_hash"] == default), math.nan)
     paths = [
         figure_normalised_kl(tuned, out_dir / "figure2.png", baseline),

@@ -80,9 +80,11 @@ def aggregate_line(rows: Sequence[StoredRow], problems: Sequence[Any]) -> str:
         return "aggregate: no successful problems"
     r = records[0]
     taus = sorted({t for p in problems for t in p.taus})
-    name = "d_KL" if r["metric"] == "kl" else "NLL"
-    parts = [f"{name}^{tau} = {r[f'kl_{tau}']:.4f} ± {r[f'kl_{tau}_stderr']:.4f}" for tau in taus]
-    parts.append(f"{name}^agg = {r['kl_agg']:.4f}")
+    metric = r["metric"]
+    name = "d_KL" if metric == "kl" else "NLL"
+    parts = [f"{name}^{tau} = {r[f'{metric}_{tau}']:.4f} ± {r[f'{metric}_{tau}_stderr']:.4f}"
+             for tau in taus]
+    parts.append(f"{name}^agg = {r[f'{metric}_agg']:.4f}")
     parts.append(f"accuracy = {number(r['accuracy'], '.3f')}, "
                  f"ECE = {number(r['ece'], '.3f')}")
     parts.append(_counts(rows, problems, r["problems"]))

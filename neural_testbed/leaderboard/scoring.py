@@ -295,9 +295,11 @@ def score_agents(
     """The leaderboard: one record per agent's tuned choice, sorted by d_KL^agg, and one
     more for its default config where the tuned choice is another.
 
-    ``kl_<tau>`` is the mean over the reported problems with its stratified
-    ``kl_<tau>_stderr``. ``kl_<tau>_norm`` = A / B, the agent's and the baseline's
-    means over the problems both cover, and ``kl_<tau>_norm_stderr`` its
+    Columns are named by the rows' metric (``metric``: ``kl``, or ``nll`` on real data),
+    so a column holds one quantity whatever the sweep: ``kl_<tau>`` (``nll_<tau>``) is
+    the mean over the reported problems with its stratified ``kl_<tau>_stderr``,
+    ``kl_agg`` the sum of ``kl_<tau> / tau``. ``kl_<tau>_norm`` = A / B, the agent's and
+    the baseline's means over the problems both cover, and ``kl_<tau>_norm_stderr`` its
     delta-method error over those pairs (not a ratio of two errors: a problem
     hard for one agent is hard for both). The baseline B is always the baseline
     agent's default config, whatever its tuning picks. ``source`` says where a
@@ -362,11 +364,11 @@ def score_agents(
             mean, se, _ = stratified((_setting(problems[pid]), s.loss[tau])
                                      for pid, s in by_pid.items())
             norm, norm_se = _ratio(by_pid, base, tau, problems) if base else (math.nan, math.nan)
-            record[f"kl_{tau}"] = mean
-            record[f"kl_{tau}_stderr"] = se
-            record[f"kl_{tau}_norm"] = norm
-            record[f"kl_{tau}_norm_stderr"] = norm_se
-        record["kl_agg"] = sum(record[f"kl_{tau}"] / tau for tau in taus)
+            record[f"{metric}_{tau}"] = mean
+            record[f"{metric}_{tau}_stderr"] = se
+            record[f"{metric}_{tau}_norm"] = norm
+            record[f"{metric}_{tau}_norm_stderr"] = norm_se
+        record[f"{metric}_agg"] = sum(record[f"{metric}_{tau}"] / tau for tau in taus)
         record["accuracy"] = _mean([s.accuracy for s in by_pid.values()])
         record["ece"] = _mean([s.ece for s in by_pid.values()])
         for name in names:  # over the problems that have it
@@ -385,10 +387,10 @@ def score_agents(
         record["config_hash"] = hashes
         record["config"] = config
         records.append(record)
-    records.sort(key=lambda r: (r["kl_agg"], r["agent"]))
-    warnings += _close_calls(records, taus)
+    records.sort(key=lambda r: (r[f"{metric}_agg"], r["agent"]))
+    warnings += _close_calls(records, taus, metric)
     lonely = [r["agent"] for r in records
-              if r["problems"] and any(math.isnan(r[f"kl_{tau}_stderr"]) for tau in taus)]
+              if r["problems"] and any(math.isnan(r[f"{metric}_{tau}_stderr"]) for tau in taus)]
     if lonely:
         warnings.append(f"standard errors are n/a for {', '.join(lonely)}: some (temperature, "
                         "T) setting has a single scored problem, so no variance estimate")
@@ -421,14 +423,15 @@ def _label(agent: str, source: str, extra_default: bool) -> str:
                     "local+published": " [partly published]"}.get(source, "")
 
 
-def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int]) -> list[str]:
+def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int],
+                 metric: str) -> list[str]:
     """Warnings for neighbours in the ranking whose mean KLs differ by less than the larger
     of their standard errors at some tau: their order there is noise."""
     notes = []
     for upper, lower in zip(records, records[1:]):
         close = [tau for tau in taus
-                 if abs(upper[f"kl_{tau}"] - lower[f"kl_{tau}"])
-                 < max(upper[f"kl_{tau}_stderr"], lower[f"kl_{tau}_stderr"])]
+                 if abs(upper[f"{metric}_{tau}"] - lower[f"{metric}_{tau}"])
+                 < max(upper[f"{metric}_{tau}_stderr"], lower[f"{metric}_{tau}_stderr"])]
         if close:
             notes.append(f"{upper['label']} and {lower['label']} differ by less than a standard "
                          f"error at tau = {', '.join(map(str, close))}: their order there is "
@@ -604,18 +607,19 @@ def score_candidates(
 ) -> list[dict[str, Any]]:
     """One record per (agent, config, estimator, agent seed), untuned.
 
-    Each has ``agent``, ``config_hash``, ``config``, ``kl_<tau>`` (mean over the
-    problems it covers), ``kl_agg``, ``seconds_per_problem``, ``problems`` and
-    ``source`` (see :func:`score_agents`).
+    Each has ``agent``, ``config_hash``, ``config``, ``metric``, ``<metric>_<tau>`` (mean
+    over the problems it covers), ``<metric>_agg``, ``seconds_per_problem``, ``problems``
+    and ``source`` (see :func:`score_agents`).
     """
-    scores, configs, _ = collect_scores(rows, problems)
+    scores, configs, metric = collect_scores(rows, problems)
     taus = _taus(problems)
     records = []
     for cand, by_pid in sorted(scores.items()):
-        record: dict[str, Any] = {"agent": cand[0], "config_hash": cand[1], "config": configs[cand]}
+        record: dict[str, Any] = {"agent": cand[0], "config_hash": cand[1], "config": configs[cand],
+                                  "metric": metric}
         for tau in taus:
-            record[f"kl_{tau}"] = _mean([s.loss[tau] for s in by_pid.values()])
-        record["kl_agg"] = _agg(by_pid, taus)
+            record[f"{metric}_{tau}"] = _mean([s.loss[tau] for s in by_pid.values()])
+        record[f"{metric}_agg"] = _agg(by_pid, taus)
         record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
         record["problems"] = len(by_pid)
         record["source"] = _source(by_pid)
@@ -627,11 +631,12 @@ def kl_by_setting(
     rows: Iterable[StoredRow], problems: Mapping[str, Any], tuning: str = "global",
     selection: str = "same",
 ) -> list[dict[str, Any]]:
-    """Each agent's mean KL (and its stderr over seeds) per (temperature, T, tau), tuned.
+    """Each agent's mean KL (and its stderr over seeds) per (temperature, T, tau), tuned:
+    ``kl`` and ``kl_stderr``, or ``nll`` and ``nll_stderr`` where the metric is the NLL.
 
     With ``selection="held-out"`` the means are over each setting's reported half.
     """
-    scores, configs, _ = collect_scores(rows, problems)
+    scores, configs, metric = collect_scores(rows, problems)
     halves = _halves(problems, selection)
     records = []
     for agent in sorted({c[0] for c in scores}):
@@ -641,7 +646,8 @@ def kl_by_setting(
             for tau in _taus(problems):
                 mean, se, _ = stratified((setting, by_pid[pid].loss[tau]) for pid in pids)
                 records.append({"agent": agent, "temperature": setting[0], "num_train": setting[1],
-                                "tau": tau, "kl": mean, "kl_stderr": se, "problems": len(pids),
+                                "tau": tau, "metric": metric, metric: mean,
+                                f"{metric}_stderr": se, "problems": len(pids),
                                 "source": _source({pid: by_pid[pid] for pid in pids}),
                                 "selection": selection})
     return records

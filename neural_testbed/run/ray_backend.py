@@ -23,10 +23,9 @@ class _Worker:
     """A Ray actor: starts as a local worker process does, then computes units."""
 
     def __init__(self, imports: Sequence[str]):
-        from neural_testbed import compilation_cache, memory
+        from neural_testbed import compilation_cache
         from neural_testbed.agents import plugins
 
-        memory.keep_freed_memory()
         compilation_cache.enable()
         programs_lib.use_full_float32_products()
         plugins.load_entry_points()

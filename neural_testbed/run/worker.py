@@ -34,11 +34,10 @@ def main(argv: list[str]) -> None:
     units = sys.stdin.buffer
 
     # The process is ours: the command's allocator tuning, compilation cache and products.
-    from neural_testbed import compilation_cache, memory
+    from neural_testbed import compilation_cache
     from neural_testbed.agents import plugins
     from neural_testbed.run import execute, programs
 
-    memory.keep_freed_memory()
     compilation_cache.enable()
     programs.use_full_float32_products()
     plugins.load_entry_points()

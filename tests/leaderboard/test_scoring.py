@@ -331,14 +331,20 @@ def test_rows_with_clipped_kl_terms_are_flagged():
 
 def test_a_real_data_sweep_is_scored_by_its_rows_nll():
     """Each value is read from the column of the problem's metric: the NLL of real data
-    (never a kl column, which those rows leave empty); a sweep mixing both is refused."""
+    (never a kl column, which those rows leave empty), and reported in nll_ columns (no
+    kl_ column holds an NLL); a sweep mixing both is refused."""
     real = dict(list(leaderboard.get_sweep("real-quick").items())[:4])  # iris: 2 strata x 2
     rows = [_stored(p, "mlp", "A", tau, (1.0 + i) * tau) for i, p in enumerate(real.values())
             for tau in p.taus]
     assert all(r.kl is None and r.nll is not None for r in rows)
     (record,), _ = _score(rows, real)
     assert record["metric"] == "nll"
-    assert record["kl_1"] == pytest.approx(2.5) and record["kl_100"] == pytest.approx(250)
+    assert record["nll_1"] == pytest.approx(2.5) and record["nll_100"] == pytest.approx(250)
+    assert record["nll_agg"] == pytest.approx(2.5 + 250 / 100)
+    assert not [name for name in record if name.startswith("kl")]
+    (candidate,) = scoring.score_candidates(rows, real)
+    assert candidate["nll_100"] == pytest.approx(250) and "kl_100" not in candidate
+    assert {r["metric"] for r in scoring.kl_by_setting(rows, real)} == {"nll"}
     with pytest.raises(ValueError, match=r"mix metrics \(kl, nll\)"):
         _score(MLP_A + rows, {**PROBLEMS, **real})
 
