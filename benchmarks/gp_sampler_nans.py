@@ -44,6 +44,7 @@ from neural_testbed.agents import oracle_gp
 from neural_testbed.generative import gp_regression
 from neural_testbed.leaderboard import problems
 
+
 def _jacobi(cov: jax.Array) -> jax.Array:
     vectors, values = jax.lax.linalg.eigh(
         cov, implementation=jax.lax.linalg.EighImplementation.JACOBI)

@@ -10,7 +10,9 @@ key re-typed by :func:`_threefry.fast_key` (which draws the same numbers):
   indices and noise) on a paper problem with T = 100.
 
 Each program is compiled once and then timed ``--repeats`` times, the two
-variants alternating; the medians are printed with the speed-up (plain / fast).
+variants alternating; the medians are printed with the speed-up (plain / fast) and
+appended, with machine, date, versions and command, to
+``benchmarks/results/threefry.jsonl``.
 
 Usage:
   PYTHONPATH=. python benchmarks/threefry.py [--steps 10000] [--repeats 7]
@@ -19,7 +21,10 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
+import pathlib
 import platform
 import statistics
 import time
@@ -30,6 +35,8 @@ import optax
 
 from neural_testbed import base, leaderboard, networks
 from neural_testbed.agents import _threefry, sgmcmc
+
+RESULTS = pathlib.Path(__file__).parent / "results" / "threefry.jsonl"
 
 
 def _median_seconds(plain, fast, repeats: int) -> tuple[float, float]:
@@ -94,9 +101,25 @@ def main() -> None:
     ]
     print(f"{args.steps} steps, median of {args.repeats}")
     print(f"{'program':<36}{'threefry s':>11}{'unrolled s':>11}{'speed-up':>10}")
+    timings = {}
     for name, plain, fast in rows:
         plain_s, fast_s = _median_seconds(plain, fast, args.repeats)
+        timings[name] = {"threefry_s": round(plain_s, 4), "unrolled_s": round(fast_s, 4),
+                         "speed_up": round(plain_s / fast_s, 2)}
         print(f"{name:<36}{plain_s:>11.3f}{fast_s:>11.3f}{plain_s / fast_s:>9.1f}x")
+    record = {
+        "benchmark": "threefry", "steps": args.steps, "repeats": args.repeats,
+        "timings": timings, "load_average": round(os.getloadavg()[0], 2),
+        "command": f"PYTHONPATH=. python benchmarks/threefry.py --steps {args.steps} "
+                   f"--repeats {args.repeats}",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"processor": platform.machine(), "cpus": os.cpu_count(),
+                    "platform": jax.devices()[0].platform},
+        "versions": {"jax": jax.__version__, "python": platform.python_version()},
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

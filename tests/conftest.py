@@ -164,8 +164,8 @@ def smoke_rows():
     """A function ``(agent, config, level)`` -> stored rows of that config on every smoke
     problem, KL ``level * tau`` scaled up by a tenth per problem."""
     from neural_testbed import leaderboard
-    from neural_testbed.run import rows as run_rows
     from neural_testbed.leaderboard import store as store_lib
+    from neural_testbed.run import rows as run_rows
 
     def rows(agent, config, level):
         return [run_rows.result_row(

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, cli, diagnostics, leaderboard, memory
+from neural_testbed import run as sweep_lib
 from neural_testbed.leaderboard import run_report
+from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import options as run_options
 from neural_testbed.run import programs as runner
 from neural_testbed.run import rows as run_rows
-from neural_testbed.leaderboard import store as store_lib
-from neural_testbed import run as sweep_lib
-from neural_testbed.run import options as run_options
 
 
 def test_agents_lists_mlp_with_its_defaults(capsys):

@@ -18,8 +18,8 @@ from neural_testbed import compilation_cache, outputs
 from neural_testbed.agents import plugins
 from neural_testbed.cli import compute, listing, options, reproduce, scores, stores, studies
 from neural_testbed.generative import datasets
-from neural_testbed.run import programs
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import programs
 
 __all__ = ["build_parser", "main"]
 

@@ -17,8 +17,8 @@ from neural_testbed import generative
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.run import options as run_options
 from neural_testbed.likelihood import kl
+from neural_testbed.run import options as run_options
 
 SPREADSHEET_NOTE = ("a text cell that a spreadsheet would run as a formula (one starting with "
                     "=, +, -, @, a tab or a carriage return, e.g. an agent's name) is written "

@@ -253,8 +253,10 @@ def _print_cells(args, cells: list[dict[str, Any]], baseline_names: Sequence[str
 def _print_comparison(args, records: list[dict[str, Any]],
                       baseline_names: Sequence[str]) -> None:
     """The terminal tables of `compare`: pooled, then per setting."""
-    if args.metric == "kl":
-        what, diff, taus = "", "kl_diff", ("tau",)
+    if args.metric == "kl":  # the rows' loss: d_KL, or the NLL on real data
+        loss = records[0]["metric"] if records else "kl"
+        what = "" if loss == "kl" else " in the NLL (real data)"
+        diff, taus = f"{loss}_diff", ("tau",)
         where, cell = "at tau = {tau}, ", "(setting, tau)"
     else:
         higher = scoring.COMPARE_METRICS[args.metric]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from neural_testbed.cli import checks, options
-from neural_testbed.leaderboard import studies
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.leaderboard import studies
 
 
 def _add_merge(commands, g: options.Groups) -> None:

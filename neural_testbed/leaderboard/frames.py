@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 
 from neural_testbed.diagnostics import report
-from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import counted, scoring, studies
+from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
 
 __all__ = ["compare_frame", "leaderboard_frame", "results_frame", "studies_frame"]

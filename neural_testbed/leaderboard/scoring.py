@@ -442,8 +442,10 @@ def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int],
 
 def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
                 tau: int | None, pairs: Sequence[tuple[Setting, float]], of: int, clipped: int,
-                selection: str, metric: str = "kl") -> dict[str, Any]:
-    """One paired comparison: stratified mean difference, its stderr and t-test.
+                selection: str, metric: str = "kl", loss: str = "kl") -> dict[str, Any]:
+    """One paired comparison: stratified mean difference, its stderr and t-test; for
+    ``metric="kl"`` of the rows' loss ``loss`` (``kl``, or ``nll`` on real data), which
+    names the difference's column.
 
     Degrees of freedom: pairs minus strata (each setting's mean is estimated).
     """
@@ -455,8 +457,8 @@ def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
     verdict = _verdict(mean, p_value, COMPARE_METRICS[metric])
     if metric == "kl":
         return {
-            "scope": scope, "agent": agent, "baseline": baseline, **where,
-            "tau": tau, "kl_diff": mean, "stderr": se, "p_value": p_value, "df": df,
+            "scope": scope, "agent": agent, "baseline": baseline, "metric": loss, **where,
+            "tau": tau, f"{loss}_diff": mean, "stderr": se, "p_value": p_value, "df": df,
             "pairs": len(pairs), "verdict": verdict, "clipped": clipped,
             "flag": _flag(of - len(pairs), of, clipped), "selection": selection,
         }
@@ -513,7 +515,7 @@ def compare_agents(
     """
     if metric not in COMPARE_METRICS:
         raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(COMPARE_METRICS)}")
-    scores, configs, _ = collect_scores(rows, problems, per_problem)
+    scores, configs, loss = collect_scores(rows, problems, per_problem)
     halves = _halves(problems, selection)
     present = {c[0] for c in scores}
     for name in (agent, *baselines):
@@ -548,7 +550,7 @@ def compare_agents(
                 clipped = sum((tau in mine[pid].clipped) + (tau in theirs[pid].clipped)
                               for pid in pids)
                 record = _comparison(kind, agent, name, setting, tau, pairs, len(scope),
-                                     clipped, selection)
+                                     clipped, selection, loss=loss)
                 record["source"] = _source({pid: theirs[pid] for pid in pids})
                 (pooled if setting is None else per_setting).append(record)
     return pooled + per_setting

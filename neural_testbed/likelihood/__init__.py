@@ -4,7 +4,6 @@ testbed but :mod:`neural_testbed.base`: the evaluators that apply it to an agent
 samples, with the diagnostics, are :mod:`neural_testbed.evaluation`."""
 
 from neural_testbed.likelihood import regression
-
 from neural_testbed.likelihood.estimators import (
     monte_carlo_log_likelihood,
     partition_cells,

@@ -11,8 +11,8 @@ from scipy import stats
 
 from neural_testbed import base, diagnostics, gaussian_process
 from neural_testbed.agents import oracle_gp
-from neural_testbed.generative import gp_regression
 from neural_testbed.evaluation import regression
+from neural_testbed.generative import gp_regression
 
 PROBLEM = gp_regression.GPRegressionProblem(
     "regression/0", input_dim=2, num_train=10, seed=3, num_pool=60, num_probes=30,

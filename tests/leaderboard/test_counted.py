@@ -6,8 +6,8 @@ import pytest
 
 from neural_testbed import agents, base, cli
 from neural_testbed.leaderboard import baselines, counted, problems, scoring
-from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import rows as run_rows
 
 QUICK = problems.get_sweep("quick")
 SMOKE = problems.get_sweep("smoke")

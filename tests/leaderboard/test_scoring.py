@@ -9,8 +9,8 @@ from scipy import stats
 
 from neural_testbed import leaderboard
 from neural_testbed.leaderboard import scoring
-from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import rows as run_rows
 
 PAPER = leaderboard.get_sweep("paper")
 # Two settings (temperature 0.1, T = 10 and T = 100), two seeds each.
@@ -345,6 +345,11 @@ def test_a_real_data_sweep_is_scored_by_its_rows_nll():
     (candidate,) = scoring.score_candidates(rows, real)
     assert candidate["nll_100"] == pytest.approx(250) and "kl_100" not in candidate
     assert {r["metric"] for r in scoring.kl_by_setting(rows, real)} == {"nll"}
+    other = [dataclasses.replace(r, agent="ens") for r in rows]
+    pooled = [r for r in scoring.compare_agents(rows + other, real, "mlp", ["ens"])
+              if r["scope"] == "pooled"]
+    assert [r["nll_diff"] for r in pooled] == pytest.approx([0.0, 0.0])
+    assert all(r["metric"] == "nll" and "kl_diff" not in r for r in pooled)
     with pytest.raises(ValueError, match=r"mix metrics \(kl, nll\)"):
         _score(MLP_A + rows, {**PROBLEMS, **real})
 

@@ -16,8 +16,8 @@ import pytest
 
 from neural_testbed import agents, base, generative, leaderboard
 from neural_testbed.leaderboard import predictives
-from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import rows as run_rows
 
 PROBLEMS = leaderboard.get_sweep("smoke")
 CONFIG = agents.MLPConfig()

@@ -13,8 +13,8 @@ import pytest
 from neural_testbed import cli, leaderboard
 from neural_testbed.diagnostics import xll
 from neural_testbed.leaderboard import predictives, xll_scores
-from neural_testbed.run import rows as run_rows
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import rows as run_rows
 
 SWEEP = leaderboard.get_sweep("regression-quick")
 PIDS = ("regression/0", "regression/1")  # d = 1, T = 1, seeds 0 and 1: one stratum
