@@ -574,3 +574,30 @@ def test_sizes_beyond_memory_or_int32_are_refused_before_any_store(
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *argv]) == 2
     one_error_line(*fragments)
     assert not db.exists()
+
+
+def test_the_memory_check_traces_only_what_the_store_still_lacks(tmp_path, smoke_rows,
+                                                                 monkeypatch):
+    """The check before work traces the programs of the configs and problems still to
+    compute: none for a complete store (a resumed sweep pays no tracing), the missing
+    problem for a store that lacks one, every problem for a new store."""
+    from neural_testbed.run import checks as run_checks
+
+    checked = []
+    monkeypatch.setattr(run_checks, "check_memory",
+                        lambda agent, configs, problems, *a: checked.append(
+                            (len(configs), sorted(p.problem_id for p in problems))))
+    monkeypatch.setattr(sweep_lib, "run_sweep", lambda *a, **k: sweep_lib.SweepSummary())
+    rows = smoke_rows("mlp", agents.MLPConfig(), 0.2)
+    smoke = sorted(leaderboard.get_sweep("smoke"))
+    complete, partial = tmp_path / "complete.db", tmp_path / "partial.db"
+    with store_lib.ResultsStore(complete) as store:
+        store.write(rows)
+    with store_lib.ResultsStore(partial) as store:
+        store.write([r for r in rows if r.problem_id != smoke[0]])
+    for db, expected in ((complete, []), (partial, [(1, [smoke[0]])]),
+                         (tmp_path / "new.db", [(1, smoke)])):
+        checked.clear()
+        assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db),
+                         "--quiet"]) in (0, 1)
+        assert checked == expected, db.name
