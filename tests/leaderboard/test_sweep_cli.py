@@ -158,14 +158,17 @@ def test_a_bad_ray_address_is_one_line_before_any_work(tmp_path, refused_address
 
     flags = [f.format(address=refused_address) for f in flags]
     monkeypatch.chdir(tmp_path)
-    start = time.monotonic()
+    try:  # Ray itself would retry for minutes: it must never be asked
+        import ray
+    except ImportError:
+        pass
+    else:
+        monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init was called"))
     status = cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", "x.db", *flags])
-    assert time.monotonic() - start < 30
     assert status == 2
     assert capsys.readouterr().err == (
         f"neural-testbed: error: {message.format(address=refused_address)}\n")
     assert not (tmp_path / "x.db").exists()
-    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
 
 
 def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
