@@ -12,21 +12,19 @@ elsewhere; with ``-p no:cacheprovider`` each session gets a fresh temporary one.
 
 The tests also compile with XLA's backend optimisations off
 (``JAX_DISABLE_MOST_OPTIMIZATIONS=1``, inherited by the commands they start): the
-programs are the same, LLVM just does not optimise them, which halves compile times
-(hypermodel's training program: 4.4 s -> 2.2 s) and cut the cold suite from 616 s to
-454 s on the 2-core machine. Results agree with optimised code to float32 rounding
+programs are the same, LLVM just does not optimise them, which about halves compile
+times and so the cold suite's. Results agree with optimised code to float32 rounding
 (the order of a few float operations may differ), so a test that compares two
 programs bit for bit compares programs compiled alike. ``JAX_DISABLE_MOST_OPTIMIZATIONS=0``
 tests optimised code.
 
 And without XLA's CPU fusion emitters (``--xla_cpu_use_fusion_emitters=false`` in
 ``XLA_FLAGS``, inherited likewise): fused loops are emitted by the older elemental
-emitter, which compiles about a third faster (an ensemble+ training program and 160
-single operations: 5.9 -> 4.0 s and 7.1 -> 4.7 s) with the same results to float32
+emitter, which compiles about a third faster, with the same results to float32
 rounding. And with each program's code generated in one piece
 (``--xla_cpu_parallel_codegen_split_count=1``): XLA otherwise splits it for parallel
 compilation, which the test processes, each compiling its own programs, gain nothing
-from (test_contract.py's 140 programs: 21.5 -> 18.1 s of compiling, one process). A
+from: one piece compiles faster in them. A
 flag is set only if this JAX's XLA accepts it (XLA ends a process on an unknown flag,
 so a short subprocess checks first); flags that ``XLA_FLAGS`` already names are left
 as they are.
@@ -43,8 +41,8 @@ _SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # cache every program
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
     # No size limit: with one, JAX scans the whole cache directory on every write, which
-    # made a warm `pytest -m "not slow"` take 626 s instead of 196 s once the cache held
-    # 17,000 files. `pytest --cache-clear` empties it.
+    # made a warm `pytest -m "not slow"` three times slower once the cache held tens of
+    # thousands of files. `pytest --cache-clear` empties it.
     "JAX_COMPILATION_CACHE_MAX_SIZE": "-1",
     "JAX_DISABLE_MOST_OPTIMIZATIONS": "1",  # compile fast, run slower (module docstring)
 }
@@ -105,8 +103,8 @@ def pytest_runtest_teardown(item, nextitem):
     """After a test file's last test, drop the compiled programs JAX keeps in memory for
     it: a test process runs dozens of files whose programs it never needs again (a
     later file that does loads them from the persistent cache), and with three
-    processes their memory adds up: the suite's peak on the 2-core machine fell from
-    6.5 to 4.5 GB above the idle machine's, for 3% more time (360 -> 371 s)."""
+    processes their memory adds up: dropping them cut the suite's peak memory by about
+    a third, for a few percent more time."""
     if nextitem is None or nextitem.path != item.path:
         import jax
 
@@ -138,10 +136,9 @@ def _usable_cores() -> int:
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one test process more than usable cores (capped by ``--maxprocesses``):
     a process spends part of its time waiting on the commands, workers and Ray clusters
-    its tests start, and in Python, so a third process on 2 cores keeps both busy
-    (whole suite, 2-core machine: 387 s with 2 processes, 355 s with 3). Those tests are
-    marked slow, so ``-m "not slow"`` gets one process per core (same machine, fresh
-    clone: 182 s with 3 processes, 172 s with 2)."""
+    its tests start, and in Python, so a third process on 2 cores keeps both busy (the
+    whole suite about 8% faster with 3 than with 2). Those tests are marked slow, so
+    ``-m "not slow"`` gets one process per core (there 2 beat 3)."""
     if "not slow" in (config.option.markexpr or ""):
         return _usable_cores()
     return _usable_cores() + 1

@@ -106,7 +106,7 @@ def _apply_with_masks(
     where the weights are the smaller (fan-out at most n): the same network, and when
     the evaluator vmaps over 1000 masks at the same tau inputs it writes 1000 small
     weight matrices instead of 1000 masked copies of the activations (a tau = 100
-    evaluation 1.6x faster on CPU, 2.1x with input dropout); at tau = 1 (two inputs)
+    evaluation faster on CPU, more so with input dropout); at tau = 1 (two inputs)
     the activations are the smaller. The same d_KL to float32 rounding.
     """
     for i, layer in enumerate(params):

@@ -157,7 +157,7 @@ def _project(params: networks.MLPParams, features: jax.Array, z: jax.Array) -> j
     Written so that what depends on ``z`` alone is computed once per index, not once
     per input: the first layer's ``z`` part, and the last layer contracted with ``z``
     before it meets the inputs. The same function; where a thousand indices meet the same
-    inputs (an evaluation) 2.4-3.4x faster on a CPU."""
+    inputs (an evaluation) faster on a CPU."""
     index_dim = z.shape[0]
     *hidden, last = params
     w_last = last["w"].reshape(last["w"].shape[0], -1, index_dim) @ z  # [fan_in, K]

@@ -133,8 +133,8 @@ def sgld(
     It is the step size, then the Langevin noise (:func:`optax.add_noise` with
     a constant variance; its state carries the PRNG key, split at each update),
     then the momentum (:func:`optax.trace`). A threefry key is re-typed to the
-    same stream with an unrolled hash, which draws the noise 2.4x faster on
-    CPU, the whole chain 1.8x (measured in ``_threefry``).
+    same stream with an unrolled hash, which draws the noise faster on a CPU
+    (``benchmarks/threefry.py``, its figures in ``benchmarks/results/threefry.jsonl``).
 
     Args:
       key: typed PRNG key of the Langevin noise.

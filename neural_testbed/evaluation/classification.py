@@ -37,8 +37,9 @@ __all__ = [
 
 # Upper bound on (members x inputs) rows pushed through the network at once:
 # about 26 MB per hidden layer of width 50 in float32. With M = 1000 distinct
-# members and tau = 100 a chunk is one test sample (10^5 rows); twice that ran
-# 1.7x slower for dropout on the 2-core machine (benchmarks/agents_zoo2.py).
+# members and tau = 100 a chunk is one test sample (10^5 rows); larger chunks ran
+# slower for dropout (benchmarks/agents_zoo2.py; the figure in
+# benchmarks/results/figures_from_code.md).
 _MAX_ROWS_PER_CHUNK = 2**17
 # Upper bound on distinct networks (continuous indices) per chunk: each may
 # hold its own weights (bbb: 2,800 floats for a 50-50 MLP), so at tau = 1 the

@@ -87,7 +87,7 @@ def sample_environment(
 
 
 # One program, also when called eagerly (a dozen single operations compiled one by one
-# otherwise: 1.7 s on the 2-core machine); inside a traced caller it is inlined.
+# otherwise); inside a traced caller it is inlined.
 _draw_network = jax.jit(networks.init_mlp, static_argnums=(1, 2, 3))
 
 

@@ -104,8 +104,8 @@ def _segment_logsumexp(values: jax.Array, segments: jax.Array, num_segments: int
 def _cell_sums(values: jax.Array, cell: jax.Array, num_cells: int) -> jax.Array:
     """The sums of ``values [members, n]`` over each cell's members: ``[cells, n]``.
 
-    On a CPU a scatter-add (with 1024 cells, the real sweep's, 65x faster there than the
-    one-hot matrix product). Elsewhere the matrix product: a GPU adds a scatter with
+    On a CPU a scatter-add (with 1024 cells, the real sweep's, much faster there than
+    the one-hot matrix product). Elsewhere the matrix product: a GPU adds a scatter with
     atomics, in an order, and so with a rounding, that changes from run to run."""
     if jax.default_backend() == "cpu":
         return jax.ops.segment_sum(values, cell, num_cells)

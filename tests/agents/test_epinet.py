@@ -196,7 +196,7 @@ def test_defaults_are_the_reference_testbeds():
         8, (15, 15), 0.3, (5, 5), 0.0, (50, 50), 0.2, 1000, 1e-3, 100, 8)
 
 
-@pytest.mark.slow  # training and evaluating through the runner (about 11 s, the most of any agent)
+@pytest.mark.slow  # training and evaluating through the runner (the longest of any agent)
 def test_runs_through_the_leaderboard_with_finite_kl():
     """Two smoke problems (T = 10), both taus, N and M cut to 100 so that it takes seconds."""
     problems = [dataclasses.replace(p, num_test=100, num_samples=100)
