@@ -1,4 +1,5 @@
-"""The README's PyTorch MC-dropout agent (examples/torch_dropout.py), run as a user would."""
+"""The PyTorch MC-dropout agent of the "Writing an agent" page (examples/torch_dropout.py), run
+as a user would."""
 
 import functools
 import pathlib
@@ -22,10 +23,10 @@ def module():
     agents.unregister("torch_dropout")
 
 
-def test_the_readme_shows_the_example_as_it_is():
+def test_the_agent_page_shows_the_example_as_it_is():
     code = EXAMPLE.read_text()
     body = code[code.index("import dataclasses"):]
-    assert body in (ROOT / "README.md").read_text()
+    assert body in (ROOT / "docs" / "writing-an-agent.md").read_text()
 
 
 @pytest.mark.slow

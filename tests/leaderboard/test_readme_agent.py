@@ -1,4 +1,4 @@
-"""The README's own agent (an ensemble of linear models), run as written there.
+"""The "Writing an agent" page's own agent (an ensemble of linear models), run as written there.
 
 Users copy it, so it must be a sound agent: on an imbalanced problem it
 must do at least as well as predicting the majority class.
@@ -15,11 +15,11 @@ import pytest
 
 from neural_testbed import agents, base, leaderboard
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+README = pathlib.Path(__file__).resolve().parents[2] / "docs" / "writing-an-agent.md"
 
 
 def _readme_agent(monkeypatch):
-    """Runs the README's code block; returns the spec it registers (not kept registered)."""
+    """Runs the page's code block; returns the spec it registers (not kept registered)."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     (code,) = [b for b in blocks if "class LinearEnsembleConfig" in b]
     registered = {}
