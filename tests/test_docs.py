@@ -1,8 +1,11 @@
 """The README and the documentation pages: a README read in minutes, and no link that
 leads nowhere (a page or figure moved without its links is caught here)."""
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -23,3 +26,19 @@ def test_every_relative_link_of_a_page_resolves(page):
     assert not missing, missing
     if page.name == "README.md":
         assert local  # not vacuous: the README links into the docs
+
+
+def test_the_site_builds_with_no_warning_and_holds_the_readme_and_the_api(tmp_path):
+    """`mkdocs build --strict` (a broken link, a missing page or a docstring griffe cannot
+    read fails it): the home page is the README, the API reference has the run path."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d",
+                           str(site)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    assert done.returncode == 0, done.stderr
+    home = (site / "index.html").read_text()
+    assert "The agent contract" in home and "ensemble+" in home
+    assert "run_agent" in (site / "api" / "index.html").read_text()
+    for page in ("getting-started", "writing-an-agent", "concepts", "leaderboard"):
+        assert (site / page / "index.html").exists(), page

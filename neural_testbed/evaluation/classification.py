@@ -17,6 +17,7 @@ The evaluator sees a problem only through its test samples
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -184,7 +185,7 @@ def make_evaluator(
     estimator: Estimator = "auto",
     numerics: estimators.Numerics = "reference",
     num_hyperplanes: int = 7,
-):
+) -> Callable[[jax.Array, base.State, base.TestSamples], Evaluation]:
     """Builds ``evaluate(key, state, test) -> Evaluation``, a pure jittable function.
 
     Args:
@@ -201,9 +202,9 @@ def make_evaluator(
 
     Returns:
       The evaluation function. ``test`` is a :class:`base.TestSamples` with
-      ``x [N, tau, d]``, ``y [N, tau]`` and the exact ``log_likelihood [N]``
-      (the result is d_KL) or ``None`` (the result is the negative
-      log-likelihood).
+        ``x [N, tau, d]``, ``y [N, tau]`` and the exact ``log_likelihood [N]``
+        (the result is d_KL) or ``None`` (the result is the negative
+        log-likelihood).
     """
     for name, value in (("tau", tau), ("num_test", num_test), ("num_samples", num_samples),
                         ("num_hyperplanes", num_hyperplanes)):
