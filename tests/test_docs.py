@@ -42,3 +42,12 @@ def test_the_site_builds_with_no_warning_and_holds_the_readme_and_the_api(tmp_pa
     assert "run_agent" in (site / "api" / "index.html").read_text()
     for page in ("getting-started", "writing-an-agent", "concepts", "leaderboard"):
         assert (site / page / "index.html").exists(), page
+
+
+@pytest.mark.slow  # the quick sweep, as the README runs it
+def test_the_readmes_python_quickstart_runs_as_written(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    (code,) = [b for b in blocks if "run_agent" in b]
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_quickstart"})
+    problem_id, tau, kl = capsys.readouterr().out.split()
+    assert problem_id.startswith("classification_2d/") and tau == "1" and float(kl) > 0

@@ -43,3 +43,12 @@ def test_without_a_distribution_or_a_pyproject_the_version_is_unknown(tmp_path):
     shutil.copytree(ROOT / "neural_testbed", tmp_path / "neural_testbed",
                     ignore=shutil.ignore_patterns("__pycache__"))
     assert _uninstalled_version(tmp_path) == "0+unknown"
+
+
+def test_the_command_prints_its_version(capsys):
+    from neural_testbed import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"neural-testbed {_pyproject_version()}\n"

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+import neural_testbed
 from neural_testbed import compilation_cache, outputs
 from neural_testbed.agents import plugins
 from neural_testbed.cli import compute, listing, options, reproduce, scores, stores, studies
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="neural-testbed",
         description="Evaluate the joint predictions of learning agents on the Neural Testbed.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"neural-testbed {neural_testbed.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     groups = options.groups()
     for name in _ORDER:
