@@ -43,6 +43,12 @@ def test_the_site_builds_with_no_warning_and_holds_the_readme_and_the_api(tmp_pa
     assert "run_agent" in (site / "api" / "index.html").read_text()
     for page in ("getting-started", "writing-an-agent", "concepts", "leaderboard"):
         assert (site / page / "index.html").exists(), page
+    from neural_testbed.agents import registry
+
+    for name in registry.AGENTS:  # a page per agent, made from the registry at build time
+        assert "Published scores" in (site / "agents" / name / "index.html").read_text(), name
+    mlp = (site / "agents" / "mlp" / "index.html").read_text()
+    assert "210 of 210" in mlp and "170 of 170" in mlp  # its paper and real rows
 
 
 @pytest.mark.slow  # the quick sweep, as the README runs it

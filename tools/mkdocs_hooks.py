@@ -1,10 +1,28 @@
-"""mkdocs hooks: the site's home page is the README and its changelog page CHANGELOG.md,
-read at build time, so that neither is kept twice."""
+"""mkdocs hooks: pages made when the site is built, from what the project already holds,
+so that nothing is kept twice.
 
+- The home page is README.md and the changelog page CHANGELOG.md.
+- ``agents/<name>.md``, one page per registered agent, and ``agents/index.md``: what it
+  is, its config (rendered from the config class's docstring), its sweep, and its
+  published scores, computed from the shipped table as ``leaderboard --with-baselines``
+  computes them.
+"""
+
+import dataclasses
+import math
 import pathlib
+
+from mkdocs.structure.files import File
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _FROM_ROOT = {"index.md": "README.md", "changelog.md": "CHANGELOG.md"}
+_SWEEPS = ("paper", "real", "regression")
+
+
+def on_files(files, config):
+    for path, markdown in _agent_pages().items():
+        files.append(File.generated(config, path, content=markdown))
+    return files
 
 
 def on_page_markdown(markdown, page, **kwargs):
@@ -13,3 +31,88 @@ def on_page_markdown(markdown, page, **kwargs):
         return markdown
     text = (ROOT / source).read_text()
     return text.replace("](docs/", "](").replace("](CHANGELOG.md)", "](changelog.md)")
+
+
+def _published_scores() -> dict[str, dict[str, dict]]:
+    """sweep -> agent -> its leaderboard record from the published rows alone."""
+    from neural_testbed.agents import registry
+    from neural_testbed.leaderboard import baselines, problems, scoring
+
+    published = baselines.load()
+    scores = {}
+    for sweep in _SWEEPS:
+        sweep_problems = problems.get_sweep(sweep)
+        rows, _ = baselines.rows_for(published, registry.AGENTS, sweep_problems)
+        if rows:
+            records, _ = scoring.score_agents(rows, sweep_problems)
+            scores[sweep] = {r["agent"]: r for r in records}
+    return scores
+
+
+def _in_order(values: list) -> list:
+    """Sorted where the values compare (numbers), else in the sweep's order."""
+    try:
+        return sorted(values)
+    except TypeError:
+        return values
+
+
+def _number(mean: float, stderr: float) -> str:
+    return "n/a" if math.isnan(mean) else f"{mean:.4g} ± {stderr:.2g}"
+
+
+def _agent_page(name, spec, scores) -> str:
+    config_type = type(spec.default)
+    sweep = spec.sweep()
+    varied = {f.name: _in_order(list(dict.fromkeys(getattr(c, f.name) for c in sweep)))
+              for f in dataclasses.fields(config_type)}
+    varied = {k: [repr(v) for v in values] for k, values in varied.items() if len(values) > 1}
+    lines = [f"# `{name}`", "", spec.description[0].upper() + spec.description[1:] + ".", "",
+             f"Problems it is built for: {', '.join(spec.targets)}. Run it with "
+             f"`neural-testbed run --agent {name}`, its sweep with "
+             f"`neural-testbed sweep --agent {name}`.", "", "## Config", "",
+             f"The default: `{spec.default!r}`.", "",
+             f"::: {config_type.__module__}.{config_type.__qualname__}", "",
+             "## Sweep", "", f"{len(sweep)} configs"
+             + (", varying " + "; ".join(f"`{k}` over {', '.join(v)}" for k, v in varied.items())
+                if varied else "") + ".", ""]
+    if spec.batchable:
+        lines += [f"Configs that differ only in {', '.join(f'`{b}`' for b in spec.batchable)} "
+                  "are trained together in one vmapped program.", ""]
+    lines += ["## Published scores", ""]
+    table = [(sweep_name, records[name]) for sweep_name, records in scores.items()
+             if name in records]
+    if table:
+        lines += ["The default config on each sweep, from the shipped table (`leaderboard "
+                  "--with-baselines`); normalised by mlp's.", "",
+                  "| sweep | metric | tau = 1 | tau = 100 | normalised, tau = 1 | "
+                  "normalised, tau = 100 | problems |", "|---|---|---|---|---|---|---|"]
+        for sweep_name, r in table:
+            m = r["metric"]
+            lines.append(f"| {sweep_name} | {'d_KL' if m == 'kl' else 'NLL'} | "
+                         f"{_number(r[f'{m}_1'], r[f'{m}_1_stderr'])} | "
+                         f"{_number(r[f'{m}_100'], r[f'{m}_100_stderr'])} | "
+                         f"{_number(r[f'{m}_1_norm'], r[f'{m}_1_norm_stderr'])} | "
+                         f"{_number(r[f'{m}_100_norm'], r[f'{m}_100_norm_stderr'])} | "
+                         f"{r['problems']} of {r['of']} |")
+    else:
+        lines.append("No published rows.")
+    lines += ["", "## Differences from the paper", "",
+              "Where this agent departs from the paper or the reference implementation is in "
+              "[the differences page](../differences.md).", ""]
+    return "\n".join(lines)
+
+
+def _agent_pages() -> dict[str, str]:
+    from neural_testbed.agents import registry
+
+    scores = _published_scores()
+    pages = {f"agents/{name}.md": _agent_page(name, spec, scores)
+             for name, spec in registry.AGENTS.items()}
+    index = ["# Agents", "", "One page per registered agent: what it is, its config, its "
+             "sweep and its published scores.", "", "| agent | what it is | problems |",
+             "|---|---|---|"]
+    index += [f"| [`{name}`]({name}.md) | {spec.description} | {', '.join(spec.targets)} |"
+              for name, spec in registry.AGENTS.items()]
+    pages["agents/index.md"] = "\n".join(index) + "\n"
+    return pages
