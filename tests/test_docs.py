@@ -47,6 +47,8 @@ def test_the_site_builds_with_no_warning_and_holds_the_readme_and_the_api(tmp_pa
 
     for name in registry.AGENTS:  # a page per agent, made from the registry at build time
         assert "Published scores" in (site / "agents" / name / "index.html").read_text(), name
+    speed = (site / "speed" / "index.html").read_text()  # the results files, as tables
+    assert "Latest measurements" in speed and "program_costs.py" in speed
     mlp = (site / "agents" / "mlp" / "index.html").read_text()
     assert "210 of 210" in mlp and "170 of 170" in mlp  # its paper and real rows
 

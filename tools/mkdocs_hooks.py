@@ -2,6 +2,8 @@
 so that nothing is kept twice.
 
 - The home page is README.md and the changelog page CHANGELOG.md.
+- The speed page ends with the latest figures of ``benchmarks/results/*.jsonl``, the
+  records the benchmark scripts write (machine, date, versions and command in each).
 - ``agents/<name>.md``, one page per registered agent, and ``agents/index.md``: what it
   is, its config (rendered from the config class's docstring), its sweep, and its
   published scores, computed from the shipped table as ``leaderboard --with-baselines``
@@ -26,11 +28,57 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, **kwargs):
+    if page.file.src_uri == "speed.md":
+        return markdown.rstrip() + "\n\n" + _latest_measurements()
     source = _FROM_ROOT.get(page.file.src_uri)
     if source is None:
         return markdown
     text = (ROOT / source).read_text()
     return text.replace("](docs/", "](").replace("](CHANGELOG.md)", "](changelog.md)")
+
+
+def _latest(path: pathlib.Path, key) -> list[dict]:
+    """The newest record of each ``key(record)`` in a results file, in first-seen order."""
+    import json
+
+    latest = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            latest[key(record)] = record
+    return list(latest.values())
+
+
+def _latest_measurements() -> str:
+    results = ROOT / "benchmarks" / "results"
+    lines = ["## Latest measurements", "",
+             "Generated from `benchmarks/results/` when the site is built: the newest record "
+             "of each kind (each record also names the machine's platform, versions and "
+             "command).", "",
+             "### Run-path mechanisms (`benchmarks/mechanisms.py`)", "",
+             "| agent | sweep | variant | cold s | warm s (median) | date | cores |",
+             "|---|---|---|---|---|---|---|"]
+    for r in _latest(results / "mechanisms.jsonl",
+                     lambda r: (r["agent"], r["sweep"], r["variant"])):
+        warm = r["warm_median_wall_s"]
+        lines.append(f"| {r['agent']} | {r['sweep']} | {r['variant']} | {r['cold_wall_s']} | "
+                     f"{'n/a' if warm is None else round(warm, 2)} | {r['date'][:10]} | "
+                     f"{r['machine'].get('usable_cores', '')} |")
+    lines += ["", "### What each program costs to compile (`benchmarks/program_costs.py`)", ""]
+    for r in _latest(results / "program_costs.jsonl", lambda r: (r["agent"], r["sweep"])):
+        lines += [f"{r['agent']} on {r['sweep']}, no compilation cache, {r['date'][:10]}: "
+                  f"{r['wall_s']} s, {r['compiling_s']} s of it compiling.", "",
+                  "| program | batch | trace s | lower s | compile s | HLO lines |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {p['program']} | {p['batch']} | {p['trace_s']} | {p['lower_s']} | "
+                  f"{p['compile_s']} | {p['hlo_lines']} |" for p in r["programs"]]
+        lines.append("")
+    lines += ["### The unrolled threefry hash (`benchmarks/threefry.py`)", "",
+              "| program | threefry s | unrolled s | speed-up | date |", "|---|---|---|---|---|"]
+    for r in _latest(results / "threefry.jsonl", lambda r: r["steps"]):
+        lines += [f"| {name} | {t['threefry_s']} | {t['unrolled_s']} | {t['speed_up']}x | "
+                  f"{r['date'][:10]} |" for name, t in r["timings"].items()]
+    return "\n".join(lines) + "\n"
 
 
 def _published_scores() -> dict[str, dict[str, dict]]:
