@@ -51,6 +51,7 @@ def test_the_site_builds_with_no_warning_and_holds_the_readme_and_the_api(tmp_pa
     assert "Latest measurements" in speed and "program_costs.py" in speed
     mlp = (site / "agents" / "mlp" / "index.html").read_text()
     assert "210 of 210" in mlp and "170 of 170" in mlp  # its paper and real rows
+    assert "Adam step size" in mlp  # its config fields, with what each is
 
 
 @pytest.mark.slow  # the quick sweep, as the README runs it

@@ -11,8 +11,10 @@ so that nothing is kept twice.
 """
 
 import dataclasses
+import inspect
 import math
 import pathlib
+import re
 
 from mkdocs.structure.files import File
 
@@ -97,6 +99,39 @@ def _published_scores() -> dict[str, dict[str, dict]]:
     return scores
 
 
+def _field_comments(config_type) -> dict[str, str]:
+    """What each field of a config class means: the comment after it in the source, or
+    the comment lines just above it."""
+    comments = {}
+    for klass in reversed(config_type.__mro__[:-1]):  # a subclass's comment wins
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        above: list[str] = []
+        for line in source.splitlines():
+            stripped = line.strip()
+            field = re.match(r"(\w+): [^#]*?(?:#\s*(.+))?$", stripped)
+            if stripped.startswith("#"):
+                above.append(stripped.lstrip("# "))
+                continue
+            if field and "=" in stripped:
+                text = field.group(2) or " ".join(above)
+                if text:
+                    comments[field.group(1)] = text.strip()
+            above = []
+    return comments
+
+
+def _fields_table(default) -> list[str]:
+    comments = _field_comments(type(default))
+    rows = ["| field | default | what it is |", "|---|---|---|"]
+    for field in dataclasses.fields(default):
+        meaning = comments.get(field.name, "").replace("|", "\\|")
+        rows.append(f"| `{field.name}` | `{getattr(default, field.name)!r}` | {meaning} |")
+    return rows
+
+
 def _in_order(values: list) -> list:
     """Sorted where the values compare (numbers), else in the sweep's order."""
     try:
@@ -119,8 +154,9 @@ def _agent_page(name, spec, scores) -> str:
              f"Problems it is built for: {', '.join(spec.targets)}. Run it with "
              f"`neural-testbed run --agent {name}`, its sweep with "
              f"`neural-testbed sweep --agent {name}`.", "", "## Config", "",
-             f"The default: `{spec.default!r}`.", "",
-             f"::: {config_type.__module__}.{config_type.__qualname__}", "",
+             f"`{config_type.__module__}.{config_type.__qualname__}`: "
+             f"{(inspect.getdoc(config_type) or '').splitlines()[0]}", "",
+             *_fields_table(spec.default), "",
              "## Sweep", "", f"{len(sweep)} configs"
              + (", varying " + "; ".join(f"`{k}` over {', '.join(v)}" for k, v in varied.items())
                 if varied else "") + ".", ""]
