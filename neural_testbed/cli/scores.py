@@ -84,8 +84,9 @@ def _add_compare(commands, g: options.Groups) -> None:
                         help="same: choose configs and compare on every problem (default); "
                              "held-out: choose on the first half of each setting's seeds, "
                              "compare on the other half")
-    parser.add_argument("--metric", default="kl", metavar="NAME",
-                        help="what is compared: kl (default; lower is better), "
+    parser.add_argument("--metric", default="loss", metavar="NAME",
+                        help="what is compared: loss (default: d_KL on the testbed, the NLL "
+                             "on real data; lower is better; kl or nll name it too), "
                              "metacorrelation, xll (regression rows; higher is better), tal "
                              "(stored by `tal`, see leaderboard --metrics; higher is better) "
                              "or self_certainty (stored by `probe`; lower is better)")
@@ -253,7 +254,7 @@ def _print_cells(args, cells: list[dict[str, Any]], baseline_names: Sequence[str
 def _print_comparison(args, records: list[dict[str, Any]],
                       baseline_names: Sequence[str]) -> None:
     """The terminal tables of `compare`: pooled, then per setting."""
-    if args.metric == "kl":  # the rows' loss: d_KL, or the NLL on real data
+    if args.metric in scoring.LOSSES:  # the rows' loss: d_KL, or the NLL on real data
         loss = records[0]["metric"] if records else "kl"
         what = "" if loss == "kl" else " in the NLL (real data)"
         diff, taus = f"{loss}_diff", ("tau",)

@@ -72,12 +72,12 @@ def leaderboard_frame(db: str = store_lib.DEFAULT_DB, sweep: str = "quick",
 
 def compare_frame(agent: str, baselines: Sequence[str] = ("mlp",),
                   db: str = store_lib.DEFAULT_DB, sweep: str = "quick", selection: str = "same",
-                  metric: str = "kl"):
+                  metric: str = "loss"):
     """Paired differences: the ``neural-testbed compare [--metric METRIC]`` table.
 
     The ``scope == "pooled"`` rows (over the whole sweep, per baseline and tau)
     come first, then one row per (baseline, temperature, T, tau). A ``metric``
-    other than ``"kl"`` (see :data:`scoring.COMPARE_METRICS`) has no tau and its
+    other than the rows' loss (see :data:`scoring.COMPARE_METRICS`) has no tau and its
     difference in ``<metric>_diff``. As the command does, the published rows of the
     baselines fill what the store lacks (``source`` says so).
     """

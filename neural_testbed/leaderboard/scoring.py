@@ -57,12 +57,15 @@ SELECTIONS: Mapping[str, str] = types.MappingProxyType({
 
 _LEVEL = 0.05  # significance level of the verdicts
 
-# The per-problem scalars `compare` takes, and whether higher is better: d_KL, a
-# regression row's metacorrelation and XLL (diagnostics), the studies' TAL score and
-# self-certainty (leaderboard.studies).
+# The per-problem scalars `compare` takes, and whether higher is better: the rows' loss
+# per tau (``loss``: d_KL on the testbed, the NLL on real data; ``kl`` and ``nll`` name it
+# where it is that one), a regression row's metacorrelation and XLL (diagnostics), the
+# studies' TAL score and self-certainty (leaderboard.studies).
 COMPARE_METRICS: Mapping[str, bool] = types.MappingProxyType({
-    "kl": False, "metacorrelation": True, "xll": True, "tal": True, "self_certainty": False,
+    "loss": False, "kl": False, "nll": False, "metacorrelation": True, "xll": True,
+    "tal": True, "self_certainty": False,
 })
+LOSSES = ("loss", "kl", "nll")  # the names of COMPARE_METRICS that mean the rows' loss
 
 
 @dataclasses.dataclass
@@ -442,10 +445,10 @@ def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int],
 
 def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
                 tau: int | None, pairs: Sequence[tuple[Setting, float]], of: int, clipped: int,
-                selection: str, metric: str = "kl", loss: str = "kl") -> dict[str, Any]:
+                selection: str, metric: str = "loss", loss: str = "kl") -> dict[str, Any]:
     """One paired comparison: stratified mean difference, its stderr and t-test; for
-    ``metric="kl"`` of the rows' loss ``loss`` (``kl``, or ``nll`` on real data), which
-    names the difference's column.
+    ``metric`` one of :data:`LOSSES`, of the rows' loss ``loss`` (``kl``, or ``nll`` on
+    real data), which names the difference's column.
 
     Degrees of freedom: pairs minus strata (each setting's mean is estimated).
     """
@@ -455,7 +458,7 @@ def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
     where = {"temperature": setting[0] if setting else None,
              "num_train": setting[1] if setting else None}
     verdict = _verdict(mean, p_value, COMPARE_METRICS[metric])
-    if metric == "kl":
+    if metric in LOSSES:
         return {
             "scope": scope, "agent": agent, "baseline": baseline, "metric": loss, **where,
             "tau": tau, f"{loss}_diff": mean, "stderr": se, "p_value": p_value, "df": df,
@@ -476,7 +479,7 @@ def compare_agents(
     agent: str,
     baselines: Sequence[str],
     selection: str = "same",
-    metric: str = "kl",
+    metric: str = "loss",
     per_problem: PerProblem | None = None,
 ) -> list[dict[str, Any]]:
     """Paired differences (agent - baseline) of KL or another per-problem metric,
@@ -506,16 +509,20 @@ def compare_agents(
       agent: the agent compared.
       baselines: the agents it is compared with.
       selection: ``"same"`` or ``"held-out"``, as in :func:`score_agents`.
-      metric: a name of :data:`COMPARE_METRICS` (default ``"kl"``).
+      metric: a name of :data:`COMPARE_METRICS` (default ``"loss"``: the rows' loss,
+        d_KL on the testbed, the NLL on real data; ``kl`` or ``nll`` must match it).
       per_problem: more per-problem values, as in :func:`score_agents`.
 
     Raises:
       ValueError: if the agent or a baseline has no results for the sweep, or the
-        metric is unknown.
+        metric is unknown or names a loss the rows do not carry.
     """
     if metric not in COMPARE_METRICS:
         raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(COMPARE_METRICS)}")
     scores, configs, loss = collect_scores(rows, problems, per_problem)
+    if metric in LOSSES and metric not in ("loss", loss):
+        raise ValueError(f"metric {metric!r}: the rows of this sweep carry {loss}, not "
+                         f"{metric}; use {loss} (or loss)")
     halves = _halves(problems, selection)
     present = {c[0] for c in scores}
     for name in (agent, *baselines):
@@ -533,7 +540,7 @@ def compare_agents(
                      if setting is None or _setting(problems[pid]) == setting]
             pids = [pid for pid in scope if pid in mine and pid in theirs]
             kind = "pooled" if setting is None else "setting"
-            if metric != "kl":
+            if metric not in LOSSES:
                 values = [(pid, mine[pid].diagnostics.get(metric, math.nan),
                            theirs[pid].diagnostics.get(metric, math.nan)) for pid in pids]
                 pairs = [(_setting(problems[pid]), a - b) for pid, a, b in values

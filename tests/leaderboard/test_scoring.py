@@ -350,6 +350,11 @@ def test_a_real_data_sweep_is_scored_by_its_rows_nll():
               if r["scope"] == "pooled"]
     assert [r["nll_diff"] for r in pooled] == pytest.approx([0.0, 0.0])
     assert all(r["metric"] == "nll" and "kl_diff" not in r for r in pooled)
+    named = [r for r in scoring.compare_agents(rows + other, real, "mlp", ["ens"],
+                                               metric="nll") if r["scope"] == "pooled"]
+    assert named == pooled
+    with pytest.raises(ValueError, match=r"metric 'kl': the rows of this sweep carry nll"):
+        scoring.compare_agents(rows + other, real, "mlp", ["ens"], metric="kl")
     with pytest.raises(ValueError, match=r"mix metrics \(kl, nll\)"):
         _score(MLP_A + rows, {**PROBLEMS, **real})
 

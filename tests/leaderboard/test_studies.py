@@ -260,7 +260,7 @@ def test_compare_any_metric_is_the_paired_mean_difference(tmp_path, capsys):
     pooled = _csv(capsys.readouterr().out)[0]
     assert pooled["pairs"] == "0" and pooled["flag"] == "MISSING 8 of 8 problems"
     assert cli.main([*argv, "--metric", "nope"]) == 2
-    _one_error_line(capsys, "unknown --metric 'nope'; allowed: kl, metacorrelation, xll, tal, "
+    _one_error_line(capsys, "unknown --metric 'nope'; allowed: loss, kl, nll, metacorrelation, xll, tal, "
                             "self_certainty")
 
 
