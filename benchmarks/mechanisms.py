@@ -11,7 +11,10 @@ cache and then warm runs with the cache it filled) for each variant:
 - ``two-workers``: ``--units-at-once 1 --workers 2`` (two local worker processes
   instead of two units in threads of one process);
 - ``no-cache``: ``NEURAL_TESTBED_CACHE_DIR=off`` (no persistent compilation cache: every
-  run is cold).
+  run is cold);
+- ``llvm-o1``: ``XLA_FLAGS=--xla_backend_optimization_level=1`` (a candidate, not
+  adopted: LLVM's cheaper optimisation level compiles faster but the programs it makes run
+  slower, and long sweeps spend their time running; level 0 also changes the numbers).
 
 Mechanisms measured here and removed since, their records kept in the results file:
 ``system-malloc`` (``NEURAL_TESTBED_SYSTEM_MALLOC=1``, glibc's own mmap and trim
@@ -45,7 +48,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import cold_and_warm  # noqa: E402  (the runner of a timed command)
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "mechanisms.jsonl"
-VARIANTS = ("default", "one-unit", "two-workers", "no-cache")
+VARIANTS = ("default", "one-unit", "two-workers", "no-cache", "llvm-o1")
+_XLA_FLAGS = {"llvm-o1": "--xla_backend_optimization_level=1"}
 
 
 def _versions() -> dict[str, str]:
@@ -72,6 +76,10 @@ def measure(agent: str, sweep: str, variant: str, repeats: int) -> dict[str, obj
     more = {"one-unit": ["--units-at-once", "1"],
             "two-workers": ["--units-at-once", "1", "--workers", "2"]}.get(variant, [])
     load = os.getloadavg()[0]
+    if variant in _XLA_FLAGS:  # this script's own environment, inherited by the command
+        os.environ["XLA_FLAGS"] = _XLA_FLAGS[variant]
+    else:
+        os.environ.pop("XLA_FLAGS", None)
     with tempfile.TemporaryDirectory() as scratch:
         cache = "off" if variant == "no-cache" else os.path.join(scratch, "cache")
         runs = []
@@ -86,7 +94,8 @@ def measure(agent: str, sweep: str, variant: str, repeats: int) -> dict[str, obj
         "warm_median_wall_s": statistics.median(warm) if warm else None, "runs": runs,
         "aggregate": aggregate, "load_average_before": round(load, 2),
         "load_average_after": round(os.getloadavg()[0], 2),
-        "command": f"neural-testbed run --agent {agent} --sweep {sweep} {' '.join(more)}".strip(),
+        "command": (f"XLA_FLAGS={_XLA_FLAGS[variant]} " if variant in _XLA_FLAGS else "")
+        + f"neural-testbed run --agent {agent} --sweep {sweep} {' '.join(more)}".strip(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": _machine(), "versions": _versions(),
     }
