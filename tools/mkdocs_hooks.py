@@ -7,7 +7,8 @@ so that nothing is kept twice.
 - ``agents/<name>.md``, one page per registered agent, and ``agents/index.md``: what it
   is, its config (rendered from the config class's docstring), its sweep, and its
   published scores, computed from the shipped table as ``leaderboard --with-baselines``
-  computes them.
+  computes them, and a link to its own subsection of the differences page (the build fails
+  if an agent has none).
 """
 
 import dataclasses
@@ -145,6 +146,7 @@ def _number(mean: float, stderr: float) -> str:
 
 
 def _agent_page(name, spec, scores) -> str:
+    anchor = differences_anchor(name)
     config_type = type(spec.default)
     sweep = spec.sweep()
     varied = {f.name: _in_order(list(dict.fromkeys(getattr(c, f.name) for c in sweep)))
@@ -182,14 +184,38 @@ def _agent_page(name, spec, scores) -> str:
     else:
         lines.append("No published rows.")
     lines += ["", "## Differences from the paper", "",
-              "Where this agent departs from the paper or the reference implementation is in "
-              "[the differences page](../differences.md).", ""]
+              "How this agent differs from the paper and the reference: "
+              f"[its entry on the differences page](../differences.md#{anchor}).", ""]
     return "\n".join(lines)
+
+
+def differences_anchor(name: str) -> str:
+    """The anchor of an agent's subsection on the differences page: ``ensemble+`` ->
+    ``agent-ensemble-plus``, ``oracle_gp`` -> ``agent-oracle-gp``."""
+    return "agent-" + name.replace("+", "-plus").replace("_", "-")
+
+
+def _check_differences_anchors(names) -> None:
+    """Every agent has its subsection, ``### NAME {#agent-SLUG}``, on the differences page,
+    so that no agent ships without saying how it differs from the paper."""
+    from mkdocs.exceptions import PluginError
+
+    text = (ROOT / "docs" / "differences.md").read_text()
+    present = set(re.findall(r"^#+ .*\{#([\w-]+)\}\s*$", text, flags=re.M))
+    missing = [f"{name} (#{differences_anchor(name)})" for name in names
+               if differences_anchor(name) not in present]
+    if missing:
+        raise PluginError(
+            "docs/differences.md has no subsection for the agent(s) " + ", ".join(missing)
+            + ": add a heading '### NAME {#agent-SLUG}' under 'Agents' saying how each "
+            "differs from the paper and the reference (or that the comparison has not been "
+            "made).")
 
 
 def _agent_pages() -> dict[str, str]:
     from neural_testbed.agents import registry
 
+    _check_differences_anchors(registry.AGENTS)
     scores = _published_scores()
     pages = {f"agents/{name}.md": _agent_page(name, spec, scores)
              for name, spec in registry.AGENTS.items()}
