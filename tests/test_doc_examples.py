@@ -1,0 +1,212 @@
+"""The code examples of the README and the site, as a reader meets them.
+
+- The tutorial (docs/tutorial.md) runs from an empty directory, block by block: a
+  ``python title="FILE"`` block is saved as FILE, a ``sh`` block runs in bash, a plain
+  ``python`` block runs in its own interpreter.
+- Every other Python example runs, in its own interpreter, in a directory whose results
+  store holds rows of mlp and ensemble+ on the paper sweep (as after `neural-testbed
+  run` of each; made up here, as an example reads whatever its reader computed), or is
+  run by the test named in ``COVERED`` that also checks what it computes.
+- Every shell command is one the command line accepts: ``neural-testbed`` lines are
+  parsed by its own parser (a renamed flag, a removed command or a choice that no longer
+  exists fails), their agents are registered (or come with ``--import``) and their
+  problem ids exist; ``pip install`` names extras that ``pyproject.toml`` has; the set-up
+  lines are the README's two commands. Those that take seconds (listing agents and
+  problems, ``--help``, the published leaderboard) also run; the rest train agents for
+  minutes on sweeps of hundreds of problems, which the tutorial and the command's own
+  tests run on small sweeps.
+"""
+
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from neural_testbed import agents, cli, leaderboard
+from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import rows as run_rows
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TUTORIAL = ROOT / "docs" / "tutorial.md"
+FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.S | re.M)
+
+# Python examples run by a test that also checks their result: a fragment of the block ->
+# the test.
+COVERED = {
+    "leaderboard.run_agent(functools.partial(spec.make, spec.default)":
+        "tests/test_docs.py::test_the_readmes_python_quickstart_runs_as_written",
+    "class LinearEnsembleConfig":
+        "tests/leaderboard/test_readme_agent.py (the agent, run and checked)",
+    "class TorchDropoutConfig":
+        "tests/agents/test_torch_example.py (examples/torch_dropout.py; needs torch)",
+}
+# The commands that build agents (the others read agents' rows from a store).
+TRAINING = ("run", "sweep", "reproduce", "diagnose", "probe", "tal", "xll")
+SLOW = ("evaluation.evaluate_sampler(",)  # examples that evaluate at N = M = 1000: slow
+SET_UP = {  # the README's two commands, which .ci/run and a fresh clone run
+    "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/neural-testbed run "
+    "--agent mlp",
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m "
+    "pytest -q",
+}
+
+
+def blocks(page: pathlib.Path) -> list[tuple[str, str | None, str]]:
+    """The page's fenced code blocks: (language, title or None, code)."""
+    found = []
+    for lang, info, code in FENCE.findall(page.read_text()):
+        title = re.search(r'title="([^"]+)"', info)
+        found.append((lang, title.group(1) if title else None, code))
+    return found
+
+
+def shell_commands(page: pathlib.Path) -> list[str]:
+    """Each command of the page's ``sh`` blocks, comments dropped, ``&&`` chains split."""
+    commands = []
+    for lang, _, code in blocks(page):
+        if lang != "sh":
+            continue
+        for line in code.splitlines():
+            words = shlex.split(line, comments=True)
+            while words:
+                head = words.index("&&") if "&&" in words else len(words)
+                commands.append(shlex.join(words[:head]))
+                words = words[head + 1:]
+    return [c for c in commands if c]
+
+
+def _bash(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    bin_dir = str(pathlib.Path(sys.executable).parent)  # where `neural-testbed` is installed
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def _python(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
+                          text=True, timeout=900)
+
+
+@pytest.mark.slow  # trains two agents on the smoke sweep and draws the figures
+def test_the_tutorial_runs_from_an_empty_directory(tmp_path):
+    outputs = []
+    for lang, title, code in blocks(TUTORIAL):
+        if title:
+            (tmp_path / title).write_text(code)
+            continue
+        done = {"sh": _bash, "python": _python}[lang](code, tmp_path)
+        assert done.returncode == 0, (code, done.stdout[-2000:], done.stderr[-2000:])
+        outputs.append(done.stdout)
+    run_mlp, run_mine, compared, from_python, plotted = outputs
+    assert "aggregate (stratified ± se): d_KL^1 = " in run_mlp and "4 problems" in run_mine
+    assert re.search(r"ensemble\+\s+published\s+100\s", compared)  # the published baseline
+    assert "ensemble+" in from_python and "published" in from_python
+    assert (tmp_path / "figures" / "figure2.png").stat().st_size > 10_000, plotted
+
+
+def _python_examples():
+    for page in PAGES:
+        for i, (lang, title, code) in enumerate(blocks(page)):
+            if lang == "python" and not title and page != TUTORIAL:
+                slow = [pytest.mark.slow] if any(f in code for f in SLOW) else []
+                yield pytest.param(page, code, id=f"{page.name}-{i}", marks=slow)
+
+
+@pytest.fixture(scope="module")
+def a_readers_store(tmp_path_factory) -> pathlib.Path:
+    """A directory whose default store holds rows of mlp and ensemble+ (default configs)
+    on every paper problem, ensemble+'s KL a fifth lower."""
+    where = tmp_path_factory.mktemp("reader")
+    rows = []
+    for name, level in (("mlp", 1.0), ("ensemble+", 0.8)):
+        config = agents.get_agent(name).default
+        for i, problem in enumerate(leaderboard.get_sweep("paper").values()):
+            for tau in problem.taus:
+                rows.append(run_rows.result_row(
+                    name, store_lib.config_hash(name, config), store_lib.config_json(config),
+                    problem, tau, "auto", 0, estimate=level * tau * (1 + i % 7) / 10,
+                    estimate_stderr=0.01, num_clipped=0, accuracy=0.9, ece=0.05,
+                    train_seconds=1.0, compile_seconds=0.1, eval_seconds=0.5))
+    with store_lib.ResultsStore(str(where / store_lib.DEFAULT_DB)) as store:
+        store.write(rows)
+    return where
+
+
+@pytest.mark.parametrize("page, code", list(_python_examples()))
+def test_every_python_example_runs(page, code, a_readers_store):
+    covered = [test for fragment, test in COVERED.items() if fragment in code]
+    if covered:
+        assert (ROOT / covered[0].split("::")[0].split(" ")[0]).exists(), covered
+        return
+    done = _python(code, a_readers_store)
+    assert done.returncode == 0, (page.name, code, done.stderr[-2000:])
+
+
+def _commands():
+    for page in PAGES:
+        for command in shell_commands(page):
+            yield pytest.param(command, id=f"{page.name}: {command}"[:120])
+
+
+def _parsed(command: str):
+    """The parsed arguments of a `neural-testbed` line (None for --help), or a failure
+    naming the line."""
+    try:
+        return cli.build_parser().parse_args(shlex.split(command)[1:])
+    except SystemExit as exit_:
+        if exit_.code == 0 and "--help" in command:
+            return None
+        pytest.fail(f"the command line refuses {command!r}")
+
+
+@pytest.mark.parametrize("command", list(_commands()))
+def test_every_shell_command_is_one_the_command_line_accepts(command, capsys):
+    words = shlex.split(command)
+    if words[0] == "python3" or ".venv/bin/" in command:
+        assert any(command in line for line in SET_UP), command
+    elif words[:2] == ["pip", "install"]:
+        extras = re.findall(r"\[([\w,-]+)\]", command)
+        pyproject = (ROOT / "pyproject.toml").read_text()
+        for extra in ",".join(extras).split(","):
+            assert re.search(rf"^{re.escape(extra)} = \[", pyproject, re.M), (extra, command)
+    elif words[:1] == ["mkdocs"]:
+        assert words[1] in ("serve", "build"), command
+    else:
+        assert words[0] == "neural-testbed", f"a shell example this test does not know: {command}"
+        args = _parsed(command)
+        capsys.readouterr()
+        if args is None:
+            return
+        names = getattr(args, "agent", None)  # an agent trained must be registered (one
+        if args.command in TRAINING and not getattr(args, "imports", None):  # compared is
+            for name in names if isinstance(names, list) else [names]:  # read from a store)
+                assert name is None or name in agents.AGENTS, (name, command)
+        named = [w for flag, w in zip(words, words[1:]) if flag in ("--problem", "--problems")]
+        for problem in [p for p in named if "/" in p]:  # an id, not a count
+            assert any(problem in leaderboard.get_sweep(sweep) for sweep in
+                       ("paper", "regression", "regression-wang")), (problem, command)
+
+
+def _quick(command: str) -> bool:
+    words = shlex.split(command)
+    return words[0] == "neural-testbed" and (
+        words[1] in ("agents", "problems") or "--help" in words
+        or (words[1] == "leaderboard" and "--with-baselines" in words and "--import" not in words))
+
+
+@pytest.mark.parametrize("command", [c for c in _commands() if _quick(c.values[0])])
+def test_the_quick_shell_commands_run(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no store here: what needs none must work without
+    words = shlex.split(command)[1:]
+    try:
+        status = cli.main(words)
+    except SystemExit as exit_:  # --help
+        status = exit_.code
+    out, err = capsys.readouterr()
+    assert status == 0, (command, err)
+    assert out.strip(), command
