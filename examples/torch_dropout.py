@@ -28,6 +28,7 @@ def make_torch_dropout(config: TorchDropoutConfig, shapes: base.Shapes) -> base.
         return layers[-1](x)
 
     def train(seed, data, prior):  # NumPy data in, any Python object out
+        torch.set_num_threads(1)  # beside the JAX evaluator's threads (see the docs)
         torch.manual_seed(seed)
         layers = torch.nn.ModuleList([torch.nn.Linear(shapes.input_dim, 50),
                                       torch.nn.Linear(50, 50),

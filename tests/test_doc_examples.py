@@ -47,7 +47,8 @@ COVERED = {
 }
 # The commands that build agents (the others read agents' rows from a store).
 TRAINING = ("run", "sweep", "reproduce", "diagnose", "probe", "tal", "xll")
-SLOW = ("evaluation.evaluate_sampler(",)  # examples that evaluate at N = M = 1000: slow
+# Examples that train or evaluate at N = M = 1000: seconds to a minute each.
+SLOW = ("evaluation.evaluate_sampler(", "leaderboard.run_agent(")
 SET_UP = {  # the README's two commands, which .ci/run and a fresh clone run
     "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/neural-testbed run "
     "--agent mlp",

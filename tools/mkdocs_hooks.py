@@ -81,6 +81,13 @@ def _latest_measurements() -> str:
     for r in _latest(results / "threefry.jsonl", lambda r: r["steps"]):
         lines += [f"| {name} | {t['threefry_s']} | {t['unrolled_s']} | {t['speed_up']}x | "
                   f"{r['date'][:10]} |" for name, t in r["timings"].items()]
+    lines += ["", "### A PyTorch host agent's threads (`benchmarks/host_threads.py`)", "",
+              "| torch threads | beside a JAX program | training s | date | cores |",
+              "|---|---|---|---|---|"]
+    for r in _latest(results / "host_threads.jsonl", lambda r: (r["threads"], r["beside_jax"])):
+        lines.append(f"| {r['threads']} ({r['torch_threads']}) | "
+                     f"{'yes' if r['beside_jax'] else 'no'} | {r['train_s']} | "
+                     f"{r['date'][:10]} | {r['machine'].get('usable_cores', '')} |")
     return "\n".join(lines) + "\n"
 
 
