@@ -306,6 +306,9 @@ class Problem(Protocol):
     num_test: int  # N, test tau-samples per tau
     num_samples: int  # M, belief samples per test tau-sample
     num_hyperplanes: int  # Algorithm 4's d
+    # ``estimator="auto"`` uses Monte Carlo up to this tau and random partitioning above
+    # (9 in the reference the 2021 paper ran; 10 in its current protocol).
+    max_monte_carlo_tau: int
     target: Target  # "classification" (K classes) or "regression" (one real value per input)
     # A regression problem also has ``noise_variance``, the known variance of its targets'
     # Gaussian noise, which its rows carry (classification rows carry ``temperature``).
@@ -385,6 +388,9 @@ def definition_seed(definition: str) -> int:
 # row of its own (and the draws do not depend on the set of taus), N and M are key
 # columns of the row, and a dataset file's path is not its contents (its digest is).
 _NOT_DEFINITION = ("problem_id", "taus", "num_test", "num_samples", "dataset")
+# Fields added to problems after rows were stored and published, and the value that is
+# the definition before them: a problem that has it hashes as before.
+_EARLIER_DEFINITION = {"kappa": None, "max_monte_carlo_tau": 9}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -399,6 +405,9 @@ def definition_hash(problem: "Problem") -> str:
     if dataclasses.is_dataclass(problem):
         fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
                   if f.name not in _NOT_DEFINITION}
+        for name, earlier in _EARLIER_DEFINITION.items():
+            if name in fields and fields[name] == earlier:
+                del fields[name]
     else:  # a user's problem class that is not a dataclass: its repr stands in
         fields = {"repr": repr(problem)}
     fields.update(family=type(problem).__name__, key_seed=int(problem.key_seed),

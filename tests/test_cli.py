@@ -319,9 +319,10 @@ def test_leaderboard_shows_config_changes_and_json_only_when_verbose(store, caps
 
 def test_leaderboard_refuses_a_baseline_that_is_nowhere(store, capsys, one_error_line):
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store),
-                     "--baseline", "nope"]) == 2
-    one_error_line("--baseline 'nope': no such agent", "results for ghost, mlp")
-    # A registered agent without results is a note, not an error: the table is still shown.
+                     "--normalise-by", "nope"]) == 2
+    one_error_line("--normalise-by 'nope': no such agent", "results for ghost, mlp")
+    # A registered agent without results is a note, not an error: the table is still shown
+    # (--baseline is the option's older name).
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store),
                      "--baseline", "ensemble"]) == 0
     assert "note: no ensemble default-config results for this sweep" in capsys.readouterr().err

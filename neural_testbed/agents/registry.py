@@ -35,6 +35,7 @@ from neural_testbed.agents import (
     oracle_gp,
     random_forest,
     sgmcmc,
+    trivial,
 )
 
 __all__ = ["AGENTS", "AgentSpec", "PAPER_SWEEP", "get_agent", "parse_overrides", "register",
@@ -211,6 +212,20 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         sweep=knn.knn_sweep,
         make=knn.make_knn_agent,
         description="k-nearest neighbours: neighbour class frequencies truncated to [0.01, 0.99]",
+    ),
+    "uniform": AgentSpec(
+        config_type=trivial.TrivialConfig,
+        default=trivial.TrivialConfig(),
+        sweep=lambda: (trivial.TrivialConfig(),),
+        make=trivial.make_uniform_agent,
+        description="the trivial baseline: equal class probabilities everywhere",
+    ),
+    "average_class_probs": AgentSpec(
+        config_type=trivial.TrivialConfig,
+        default=trivial.TrivialConfig(),
+        sweep=lambda: (trivial.TrivialConfig(),),
+        make=trivial.make_average_class_probs_agent,
+        description="the training labels' class frequencies, as logits (the reference's)",
     ),
     "random_forest": AgentSpec(
         config_type=random_forest.RandomForestConfig,

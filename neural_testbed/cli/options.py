@@ -75,8 +75,11 @@ def _sweep() -> argparse.ArgumentParser:
     sweep_choice.add_argument(
         "--sweep", default="quick", choices=list(problems_lib.SWEEPS), action=_Given,
         help="problem sweep: 'quick' (18 problems, about a minute for mlp), 'paper' (the "
-             "paper's 210 problems), 'smoke' (4 problems, for checks), 'real' (170 problems "
-             "on scikit-learn's iris, wine, breast cancer and 8x8 digits; needs the 'real' "
+             "paper's 210 problems), 'smoke' (4 problems, for checks), 'classification' "
+             "(the reference's current leaderboard: 180 problems, d in {2, 10, 100}, dyadic "
+             "test inputs, tau in {1, 10}), 'classification-quick' (12 of them), 'real' "
+             "(170 problems on scikit-learn's iris, wine, breast cancer and 8x8 digits; needs "
+             "the 'real' "
              "extra), 'real-quick' (16 of them), 'regression' (180 Gaussian-process "
              "regression problems, d in {1, 10, 100}), 'regression-quick' (8 of them) or "
              "'regression-wang' (Wang et al.'s synthetic setting, 30 problems); default: quick")

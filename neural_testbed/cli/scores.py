@@ -21,10 +21,16 @@ from neural_testbed.leaderboard import store as store_lib
 # --metrics names that stand for several columns (ece and accuracy are always shown).
 _METRIC_SHORTHANDS = {"ece": (), "accuracy": (),
                       "aud": ("aud_ood_aleatoric", "aud_ood_epistemic", "aud_ood_total")}
-_BOARD_COLUMNS = ("agent", "source", "kl_1", "kl_1_stderr", "kl_1_norm", "kl_1_norm_stderr",
-                  "kl_100", "kl_100_stderr", "kl_100_norm", "kl_100_norm_stderr", "kl_agg",
-                  "accuracy", "ece", "seconds_per_problem", "problems", "of", "clipped", "flag",
-                  "metric", "selection", "config_hash", "changes")
+
+
+def _board_columns(loss: str, taus: Sequence[int]) -> tuple[str, ...]:
+    """The leaderboard table's columns: per tau of the sweep, the loss (kl or nll), its
+    standard error, normalised and its standard error; then the aggregate and the rest."""
+    per_tau = tuple(f"{loss}_{tau}{suffix}" for tau in taus
+                    for suffix in ("", "_stderr", "_norm", "_norm_stderr"))
+    return ("agent", "source", *per_tau, f"{loss}_agg", "accuracy", "ece",
+            "seconds_per_problem", "problems", "of", "health", "clipped", "flag", "metric",
+            "selection", "config_hash", "changes")
 
 
 def _add_leaderboard(commands, g: options.Groups) -> None:
@@ -38,7 +44,12 @@ def _add_leaderboard(commands, g: options.Groups) -> None:
     parser.add_argument("--tuning", default="global", choices=list(scoring.TUNINGS),
                         help="global: one config per agent minimising d_KL^agg; per-setting: the "
                              "best config per (temperature, T), as the paper's Figure 2")
-    parser.add_argument("--baseline", default="mlp", help="agent to normalise by (default: mlp)")
+    parser.add_argument("--normalise-by", "--baseline", dest="normalise_by", default=None,
+                        metavar="AGENT",
+                        help="the agent every KL is divided by (--baseline is the older name): "
+                             "default uniform on the sweeps of the reference's current protocol "
+                             "(classification, classification-quick), as its leaderboard does, "
+                             "and mlp on the 2021 paper's, as the paper does")
     parser.add_argument("--verbose", action="store_true",
                         help="also show each chosen config as JSON (by default a row shows the "
                              "config's hash and the fields that differ from the agent's default)")
@@ -193,10 +204,11 @@ def leaderboard(args) -> int:
     problems = options.sweep_problems(args)
     rows = _counted(store_lib.rows_to_score(args.db, args.with_baselines), problems,
                     None if args.with_baselines else ())
-    if args.baseline not in registry.AGENTS:  # a registered baseline may simply have no rows
-        checks.agent_in_store(args.baseline, rows, args.db, "--baseline")
+    normaliser = args.normalise_by or scoring.default_normaliser(problems)
+    if normaliser not in registry.AGENTS:  # a registered agent may simply have no rows
+        checks.agent_in_store(normaliser, rows, args.db, "--normalise-by")
     metrics = _board_metrics(args.metrics)
-    records, warnings = scoring.score_agents(rows, problems, args.tuning, args.baseline,
+    records, warnings = scoring.score_agents(rows, problems, args.tuning, normaliser,
                                              args.selection,
                                              _study_metrics(args, metrics, problems))
     if not records:
@@ -213,8 +225,7 @@ def leaderboard(args) -> int:
             record.setdefault(name, float("nan"))
             record.setdefault(f"{name}_stderr", float("nan"))
     loss = records[0]["metric"]  # the columns say which: kl_1 or nll_1
-    board = tuple(c.replace("kl_", f"{loss}_", 1) if c.startswith("kl_") else c
-                  for c in _BOARD_COLUMNS)
+    board = _board_columns(loss, sorted({t for p in problems.values() for t in p.taus}))
     columns = (board[:-1] + tuple(c for m in metrics for c in (m, f"{m}_stderr"))
                + board[-1:] + (("config",) if args.verbose else ()))
     print(scoring.format_records(records, args.format, columns))

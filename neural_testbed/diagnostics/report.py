@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_testbed.diagnostics import calibration, correlations, divergence, rejection, uncertainty
+from neural_testbed.diagnostics import correlations, divergence, rejection, uncertainty
 
 __all__ = ["CONDITIONS", "Diagnostics", "Inputs", "METRICS", "NUM_BINS", "ROW_METRICS",
            "UNCERTAINTIES",

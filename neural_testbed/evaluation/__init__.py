@@ -16,6 +16,7 @@ from neural_testbed.evaluation.classification import (
     make_evaluator,
 )
 from neural_testbed.evaluation.regression import make_regression_evaluator
+from neural_testbed.likelihood import kl
 
 __all__ = [
     "Evaluation",
@@ -34,5 +35,6 @@ def evaluator_for(problem: base.Problem, enn: base.ENN, tau: int, estimator: str
     if problem.target == "regression":
         return make_regression_evaluator(enn, tau, problem.num_test, problem.num_samples,
                                          estimator)
+    method = kl.choose_estimator(tau, estimator, problem.max_monte_carlo_tau)  # its protocol's
     return make_evaluator(enn, tau, problem.num_classes, problem.num_test, problem.num_samples,
-                          estimator, num_hyperplanes=problem.num_hyperplanes)
+                          method, num_hyperplanes=problem.num_hyperplanes)

@@ -59,7 +59,7 @@ _GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
 _AGENT_COLOURS = {
     "ensemble": 0, "ensemble+": 1, "hypermodel": 2, "epinet": 3, "dropout": 4, "bbb": 5,
     "sgmcmc": 6, "laplace": 7, "knn": 8, "random_forest": 9, "deep_kernel": 10, "mlp": 14,
-    "oracle_gp": 16, "gp": 17, "cnp": 18,
+    "oracle_gp": 16, "gp": 17, "cnp": 18, "uniform": 15, "average_class_probs": 13,
 }
 
 

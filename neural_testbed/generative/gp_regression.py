@@ -100,6 +100,7 @@ class GPRegressionProblem:
     metric = "kl"  # the exact likelihood is known
     num_classes = 1  # one real output per input
     num_hyperplanes = 7  # unused: regression has no partition estimator
+    max_monte_carlo_tau = 9  # unused: regression has its own estimators
     target = "regression"
 
     def __post_init__(self):

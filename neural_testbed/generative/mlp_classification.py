@@ -30,6 +30,7 @@ __all__ = [
     "MLPClassificationProblem",
     "check_temperature",
     "environment_logits",
+    "polyadic_inputs",
     "sample_environment",
     "sample_test_data",
     "sample_train_data",
@@ -114,22 +115,45 @@ def sample_train_data(key: jax.Array, env: Environment, num_train: int) -> base.
 OOD_SCALE = 3.0
 
 
-@functools.partial(jax.jit, static_argnames=("num_test", "tau"))
+def polyadic_inputs(key: jax.Array, num_test: int, tau: int, input_dim: int,
+                    kappa: int) -> jax.Array:
+    """``x [num_test, tau, input_dim]``: each tau-sample's inputs drawn with replacement
+    from its own ``kappa`` anchor points ``~ N(0, I)``, so it holds at most kappa
+    distinct inputs (the reference's polyadic sampler; dyadic for kappa = 2).
+
+    Joint predictions are tested where they matter: at repeated inputs, which an
+    agent that knows what it does not know predicts as correlated (Osband et al.,
+    "Evaluating high-order predictive distributions in deep learning", 2022).
+    """
+    anchor_key, index_key = jax.random.split(key)
+    anchors = jax.random.normal(anchor_key, (num_test, kappa, input_dim))
+    index = jax.random.randint(index_key, (num_test, tau), 0, kappa)
+    return jnp.take_along_axis(anchors, index[..., None], axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("num_test", "tau", "kappa"))
 def sample_test_data(
-    key: jax.Array, env: Environment, num_test: int, tau: int
+    key: jax.Array, env: Environment, num_test: int, tau: int, kappa: int | None = None
 ) -> base.TestSamples:
     """Draws ``num_test`` independent tau-samples and their exact log-likelihoods.
 
-    Each tau-sample is tau inputs drawn i.i.d. from ``N(0, I)`` with labels from
-    the environment; its log-likelihood is the sum of ``log P(y_t | env, x_t)``.
-    Its out-of-distribution input is drawn from ``N(0, OOD_SCALE^2 I)``: mostly
-    farther from the origin than any training input, where the environment
-    still defines labels but the agent saw none.
+    Each tau-sample is tau inputs, drawn i.i.d. from ``N(0, I)`` (``kappa`` None, the
+    2021 paper's protocol) or from kappa anchor points (:func:`polyadic_inputs`),
+    with labels drawn independently from the environment at each input; its
+    log-likelihood is the sum of ``log P(y_t | env, x_t)``. Its out-of-distribution
+    input is drawn from ``N(0, OOD_SCALE^2 I)``: mostly farther from the origin than
+    any training input, where the environment still defines labels but the agent
+    saw none.
     """
     _check_positive_int("num_test", num_test)
     _check_positive_int("tau", tau)
+    if kappa is not None:
+        _check_positive_int("kappa", kappa)
     x_key, y_key = jax.random.split(key)
-    x = jax.random.normal(x_key, (num_test, tau, _input_dim(env)))
+    if kappa is None:
+        x = jax.random.normal(x_key, (num_test, tau, _input_dim(env)))
+    else:
+        x = polyadic_inputs(x_key, num_test, tau, _input_dim(env), kappa)
     logits = environment_logits(env, x)
     y = jax.random.categorical(y_key, logits).astype(jnp.int32)
     log_probs = jax.nn.log_softmax(logits)
@@ -164,6 +188,12 @@ class MLPClassificationProblem:
     taus: tuple[int, ...] = (1, 100)  # joint sizes it is evaluated at
     num_test: int = 1000  # N, test tau-samples per tau
     num_samples: int = 1000  # M, samples drawn from the agent's belief per test sample
+    # Test inputs: None draws them i.i.d. (the 2021 paper); kappa >= 1 draws each
+    # tau-sample's from kappa anchor points (the reference's current, polyadic protocol).
+    kappa: int | None = None
+    # "auto" estimates with Monte Carlo up to this tau and random partitioning above: 9
+    # in the reference the paper ran, 10 in its current one.
+    max_monte_carlo_tau: int = 9
 
     metric = "kl"  # the exact likelihood is known
     num_hyperplanes = 7  # Algorithm 4's d on the testbed (paper, appendix A.3)
@@ -185,18 +215,26 @@ class MLPClassificationProblem:
                              f"got {self.taus!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"{self.problem_id}: seed must be an integer >= 0, got {self.seed!r}")
+        if self.kappa is not None and (not isinstance(self.kappa, int) or self.kappa < 1):
+            raise ValueError(f"{self.problem_id}: kappa must be None (i.i.d. test inputs) "
+                             f"or an integer >= 1, got {self.kappa!r}")
+        if not isinstance(self.max_monte_carlo_tau, int) or self.max_monte_carlo_tau < 0:
+            raise ValueError(f"{self.problem_id}: max_monte_carlo_tau must be an integer "
+                             f">= 0, got {self.max_monte_carlo_tau!r}")
 
     @property
     def shape(self) -> tuple:
         return ("mlp_classification", self.input_dim, self.num_classes, self.num_train,
-                self.env_hidden, self.taus, self.num_test, self.num_samples)
+                self.env_hidden, self.taus, self.num_test, self.num_samples, self.kappa,
+                self.max_monte_carlo_tau)
 
     @property
     def padding_group(self) -> tuple:
         """The shape but T: training pairs are drawn row by row from counters, so the
         first T of a larger draw are the T-pair draw (tested)."""
         return ("mlp_classification", self.input_dim, self.num_classes, self.env_hidden,
-                self.taus, self.num_test, self.num_samples)
+                self.taus, self.num_test, self.num_samples, self.kappa,
+                self.max_monte_carlo_tau)
 
     @property
     def stratum(self) -> tuple[float, int]:
@@ -224,7 +262,7 @@ class MLPClassificationProblem:
         return base.ProblemInstance(sample_train_data(train_key, env, self.num_train), prior, env)
 
     def sample_test(self, key: jax.Array, env: Environment, tau: int) -> base.TestSamples:
-        return sample_test_data(key, env, self.num_test, tau)
+        return sample_test_data(key, env, self.num_test, tau, self.kappa)
 
     def instance(self) -> base.ProblemInstance:
         """The problem's environment, training data and prior knowledge, computed now.

@@ -63,6 +63,7 @@ class RealClassificationProblem:
     num_samples: int = 1000  # M
     temperature: float = PRIOR_TEMPERATURE  # told to the agent (and stored in the row)
     num_hyperplanes: int = NUM_HYPERPLANES  # Algorithm 4's d
+    max_monte_carlo_tau: int = 9  # "auto": Monte Carlo up to this tau (base.Problem)
 
     metric = "nll"  # no exact likelihood on real data
     target = "classification"

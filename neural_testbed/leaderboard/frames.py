@@ -52,12 +52,14 @@ def results_frame(db: str = store_lib.DEFAULT_DB):
 
 
 def leaderboard_frame(db: str = store_lib.DEFAULT_DB, sweep: str = "quick",
-                      tuning: str = "global", baseline: str = "mlp", selection: str = "same",
+                      tuning: str = "global", baseline: str | None = None,
+                      selection: str = "same",
                       with_baselines: bool = False):
     """One row per agent: the ``neural-testbed leaderboard [--with-baselines]`` table,
     with every diagnostics scalar and the stored studies' ``tal`` and
     ``self_certainty``, each beside its ``<name>_stderr``; the rows that count are
-    :func:`counted.counted_rows`'s, and ``source`` says which are published.
+    :func:`counted.counted_rows`'s, and ``source`` says which are published. KL is
+    normalised by ``baseline`` (default: :func:`scoring.default_normaliser`).
 
     Example:
       >>> leaderboard_frame("results.db", sweep="paper", tuning="per-setting",
@@ -65,7 +67,8 @@ def leaderboard_frame(db: str = store_lib.DEFAULT_DB, sweep: str = "quick",
     """
     problems = problems_lib.get_sweep(sweep)
     rows, _ = counted.counted_rows(_rows(db), problems, None if with_baselines else ())
-    records, _ = scoring.score_agents(rows, problems, tuning, baseline, selection,
+    normaliser = baseline or scoring.default_normaliser(problems)
+    records, _ = scoring.score_agents(rows, problems, tuning, normaliser, selection,
                                       _study_values(db, problems))
     return _pandas().DataFrame(records)
 

@@ -80,6 +80,39 @@ def _smoke_sweep(paper: Mapping[str, Problem]) -> dict[str, Problem]:
     }
 
 
+# The reference's current leaderboard sweep (google-deepmind/neural_testbed's last commit,
+# f2090d1): d in {2, 10, 100}, T = ratio x d, dyadic test inputs, tau in {1, 10}.
+_CLASSIFICATION_INPUT_DIMS = (2, 10, 100)
+_CLASSIFICATION_RATIOS = (1, 10, 100, 1000)
+_CLASSIFICATION_SEEDS = tuple(range(5))
+_CURRENT_PROTOCOL = {"taus": (1, 10), "kappa": 2, "max_monte_carlo_tau": 10}
+
+
+def _classification_sweep() -> dict[str, Problem]:
+    """The reference's current sweep: d in {2, 10, 100} x T = {1, 10, 100, 1000} x d x
+    temperature in {0.01, 0.1, 0.5} x 5 seeds = 180 problems, in its order, each
+    evaluated at tau = 1 and tau = 10 on dyadic test inputs (kappa = 2). The
+    reference numbers 360 problems: its classification/i (tau 1) and
+    classification/(180 + i) (tau 10) share their seed, so their environment and
+    training data: they are our classification/i at its two taus."""
+    grid = itertools.product(_CLASSIFICATION_INPUT_DIMS, _CLASSIFICATION_RATIOS,
+                             _PAPER_TEMPERATURES, _CLASSIFICATION_SEEDS)
+    problems = {}
+    for i, (input_dim, ratio, temperature, seed) in enumerate(grid):
+        problem_id = f"classification/{i}"
+        problems[problem_id] = Problem(problem_id, temperature, ratio * input_dim, seed,
+                                       input_dim=input_dim, **_CURRENT_PROTOCOL)
+    return problems
+
+
+def _classification_quick_sweep(full: Mapping[str, Problem]) -> dict[str, Problem]:
+    """A subset of ``classification`` (same ids): every d, temperature 0.1, T in {1, 10} x
+    d, seeds {0, 1}: 12 problems."""
+    return {pid: p for pid, p in full.items()
+            if p.temperature == 0.1 and p.num_train in (p.input_dim, 10 * p.input_dim)
+            and p.seed < 2}
+
+
 REAL_DATASETS = ("iris", "wine", "breast_cancer", "digits")
 
 
@@ -167,6 +200,9 @@ SWEEPS: Mapping[str, Mapping[str, base.Problem]] = _Sweeps({
     "quick": lambda sweeps: _quick_sweep(sweeps["paper"]),
     "paper": lambda sweeps: _paper_sweep(),
     "smoke": lambda sweeps: _smoke_sweep(sweeps["paper"]),
+    "classification": lambda sweeps: _classification_sweep(),
+    "classification-quick": lambda sweeps: _classification_quick_sweep(
+        sweeps["classification"]),
     "real": lambda sweeps: _real_sweep(),
     "real-quick": lambda sweeps: _real_quick_sweep(sweeps["real"]),
     "regression": lambda sweeps: _regression_sweep(),

@@ -37,6 +37,7 @@ __all__ = [
     "ProblemScore",
     "collect_scores",
     "compare_agents",
+    "default_normaliser",
     "format_records",
     "kl_by_setting",
     "score_agents",
@@ -162,6 +163,14 @@ def _verdict(mean: float, p_value: float, higher_is_better: bool = False) -> str
 
 
 PerProblem = Mapping[tuple[str, str, int, str], Mapping[str, float]]
+
+
+def default_normaliser(problems: Mapping[str, Any]) -> str:
+    """The agent a leaderboard of ``problems`` is normalised by unless told otherwise: the
+    uniform baseline on the reference's current protocol (dyadic test inputs), as its
+    leaderboard does; mlp on the 2021 paper's, as the paper does."""
+    current = [getattr(p, "kappa", None) is not None for p in problems.values()]
+    return "uniform" if current and all(current) else "mlp"
 
 
 def collect_scores(rows: Iterable[StoredRow], problems: Mapping[str, Any],
@@ -381,6 +390,7 @@ def score_agents(
         record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
         record["problems"] = len(by_pid)
         record["of"] = len(halves[1])
+        record["health"] = _health(by_pid, len(halves[1]), taus)
         record["clipped"] = sum(len(s.clipped) for s in by_pid.values())
         record["flag"] = _flag(len(halves[1]) - len(by_pid), len(halves[1]), record["clipped"])
         record["metric"] = metric
@@ -398,6 +408,20 @@ def score_agents(
         warnings.append(f"standard errors are n/a for {', '.join(lonely)}: some (temperature, "
                         "T) setting has a single scored problem, so no variance estimate")
     return records, warnings
+
+
+# An estimate below this is unhealthy; above it, a negative KL is the estimator's noise
+# around 0 (the reference's tolerance).
+NEGATIVE_TOLERANCE = -1e-4
+
+
+def _health(by_pid: Mapping[str, ProblemScore], reported: int, taus: Sequence[int]) -> float:
+    """The share of the sweep's (problem, tau) entries a record's score rests on that are
+    present (computed, successfully), finite and not below :data:`NEGATIVE_TOLERANCE`:
+    the reference's ``pct_health`` (a store holds no duplicate rows, its fourth test)."""
+    healthy = sum(math.isfinite(v) and v >= NEGATIVE_TOLERANCE
+                  for s in by_pid.values() for v in s.loss.values())
+    return healthy / (reported * len(taus)) if reported else math.nan
 
 
 def _defaults(agents: Iterable[str]) -> dict[str, str]:

@@ -29,16 +29,20 @@ Estimator = Literal["auto", "monte_carlo", "partition"]
 ESTIMATORS = ("auto", "monte_carlo", "partition")
 
 
-def choose_estimator(tau: int, estimator: Estimator = "auto") -> str:
-    """Resolves ``"auto"``: Monte Carlo for tau < 10, random partitioning otherwise."""
+def choose_estimator(tau: int, estimator: Estimator = "auto",
+                     max_monte_carlo_tau: int = 9) -> str:
+    """Resolves ``"auto"``: Monte Carlo up to ``max_monte_carlo_tau``, random
+    partitioning above (the reference the paper ran: tau < 10; its current version:
+    tau <= 10)."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; allowed: {', '.join(ESTIMATORS)}")
     if estimator == "auto":
-        return "monte_carlo" if tau < 10 else "partition"
+        return "monte_carlo" if tau <= max_monte_carlo_tau else "partition"
     return estimator
 
 
-def evaluations(taus: tuple[int, ...], estimator: Estimator = "auto") -> list[tuple[int, str]]:
+def evaluations(taus: tuple[int, ...], estimator: Estimator = "auto",
+                max_monte_carlo_tau: int = 9) -> list[tuple[int, str]]:
     """The (tau, estimator) evaluations of one trained agent at ``taus``.
 
     Each tau uses ``estimator``; for a tau curve (more than two taus) that
@@ -49,7 +53,8 @@ def evaluations(taus: tuple[int, ...], estimator: Estimator = "auto") -> list[tu
     """
     pairs = [(tau, estimator) for tau in taus]
     if estimator == "auto" and len(taus) > 2:
-        on_partition = [t for t in taus if choose_estimator(t) == "partition"]
+        on_partition = [t for t in taus
+                        if choose_estimator(t, "auto", max_monte_carlo_tau) == "partition"]
         if on_partition and len(on_partition) < len(taus):
             pairs.append((min(on_partition), "monte_carlo"))
     return pairs

@@ -164,7 +164,8 @@ class UnitRunner:
         self.estimator, self.agent_seed = estimator, agent_seed
         self.config_jsons = [configs_lib.config_json(c) for c in self.configs]
         self.config_hashes = [configs_lib.config_hash(agent_name, c) for c in self.configs]
-        self.evaluations = kl.evaluations(template.taus, estimator)  # (tau, estimator)
+        self.evaluations = kl.evaluations(template.taus, estimator,  # (tau, estimator)
+                                          template.max_monte_carlo_tau)
         # The evaluation whose rows keep a regression agent's predictive at the probes.
         self._keeps_predictive = next(e for e in self.evaluations if e[0] == min(template.taus))
         self.values: tuple[np.ndarray, ...] = ()  # the traced floats, [configs, fields]

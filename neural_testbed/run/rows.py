@@ -92,7 +92,8 @@ def failed_rows(agent_name: str, config: Any, problems: Sequence[base.Problem],
                        estimate=nan, estimate_stderr=nan, num_clipped=0, accuracy=nan, ece=nan,
                        train_seconds=nan, compile_seconds=nan, eval_seconds=nan,
                        status="failed", error=error_text(error))
-            for p in problems for tau, tau_estimator in kl.evaluations(p.taus, estimator)]
+            for p in problems
+            for tau, tau_estimator in kl.evaluations(p.taus, estimator, p.max_monte_carlo_tau)]
 
 
 def failed_rows_of(unit: WorkUnit, error: BaseException | str) -> list[base.ProblemResult]:

@@ -51,6 +51,7 @@ from neural_testbed.agents import (
     oracle_gp,
     random_forest,
     sgmcmc,
+    trivial,
 )
 from neural_testbed.leaderboard import config_batches
 
@@ -84,6 +85,8 @@ SMALL = {
     "oracle_gp": oracle_gp.OracleGPConfig(),
     "gp": gp.GPConfig(num_steps=10),
     "cnp": cnp.CNPConfig(num_steps=10, encoder=(16, 16), decoder=(16,)),
+    "uniform": trivial.TrivialConfig(),
+    "average_class_probs": trivial.TrivialConfig(),
 }
 # Agents whose index is a draw per call, not one function: the GPs' joint posterior draw at
 # the call's inputs, the CNP's independent draws at each of them.
