@@ -3,7 +3,8 @@
 - The tutorial (docs/tutorial.md) runs from an empty directory, block by block: a
   ``python title="FILE"`` block is saved as FILE, a ``sh`` block runs in bash, a plain
   ``python`` block runs in its own interpreter.
-- Every other Python example runs, in its own interpreter, in a directory whose results
+- Every other Python example runs (those that run for long with a user's XLA settings,
+  not the suite's faster-compiling ones), in its own interpreter, in a directory whose results
   store holds rows of mlp and ensemble+ on the paper sweep (as after `neural-testbed
   run` of each; made up here, as an example reads whatever its reader computed), or is
   run by the test named in ``COVERED`` that also checks what it computes.
@@ -48,7 +49,7 @@ COVERED = {
 # The commands that build agents (the others read agents' rows from a store).
 TRAINING = ("run", "sweep", "reproduce", "diagnose", "probe", "tal", "xll")
 # Examples that train or evaluate at N = M = 1000: seconds to a minute each.
-SLOW = ("evaluation.evaluate_sampler(", "leaderboard.run_agent(")
+SLOW = ("evaluation.evaluate_sampler(", "leaderboard.run_agent(", "arrays.score_predictions(")
 SET_UP = {  # the README's two commands, which .ci/run and a fresh clone run
     "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/neural-testbed run "
     "--agent mlp",
@@ -88,8 +89,15 @@ def _bash(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
-def _python(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
+# What conftest.py adds for the suite's own compiles (tests/test_users_programs.py).
+SUITE_ONLY = ("JAX_DISABLE_MOST_OPTIMIZATIONS", "XLA_FLAGS")
+
+
+def _python(code: str, cwd: pathlib.Path, as_users: bool = False) -> subprocess.CompletedProcess:
+    """Runs ``code`` in its own interpreter; ``as_users``: with the process settings a user
+    has (XLA's optimisations on), for examples whose time is in running, not compiling."""
+    env = {k: v for k, v in os.environ.items() if not (as_users and k in SUITE_ONLY)}
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
 
 
@@ -144,7 +152,7 @@ def test_every_python_example_runs(page, code, a_readers_store):
     if covered:
         assert (ROOT / covered[0].split("::")[0].split(" ")[0]).exists(), covered
         return
-    done = _python(code, a_readers_store)
+    done = _python(code, a_readers_store, as_users=any(f in code for f in SLOW))
     assert done.returncode == 0, (page.name, code, done.stderr[-2000:])
 
 

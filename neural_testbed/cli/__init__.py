@@ -17,7 +17,16 @@ from collections.abc import Sequence
 import neural_testbed
 from neural_testbed import compilation_cache, outputs
 from neural_testbed.agents import plugins
-from neural_testbed.cli import compute, listing, options, reproduce, scores, stores, studies
+from neural_testbed.cli import (
+    arrays,
+    compute,
+    listing,
+    options,
+    reproduce,
+    scores,
+    stores,
+    studies,
+)
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.run import programs
@@ -25,12 +34,13 @@ from neural_testbed.run import programs
 __all__ = ["build_parser", "main"]
 
 _PARSERS = {**compute.PARSERS, **scores.PARSERS, **reproduce.PARSERS, **studies.PARSERS,
-            **stores.PARSERS, **listing.PARSERS}
+            **stores.PARSERS, **listing.PARSERS, **arrays.PARSERS}
 # The order in which `neural-testbed --help` lists the commands.
 _ORDER = ("run", "sweep", "leaderboard", "compare", "plot", "reproduce", "diagnose",
-          "correlate", "probe", "tal", "xll", "merge", "export", "agents", "problems")
+          "correlate", "probe", "tal", "xll", "inputs", "score", "merge", "export", "agents",
+          "problems")
 # The commands that compute results into --db.
-_STORE_WRITERS = ("run", "sweep", "diagnose", "tal", "probe")
+_STORE_WRITERS = ("run", "sweep", "diagnose", "tal", "probe", "score")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from neural_testbed import base
 from neural_testbed.evaluation import classification, regression
 from neural_testbed.evaluation.classification import (
     Evaluation,
+    evaluate_log_probs,
     evaluate_sampler,
     make_evaluator,
 )
@@ -21,6 +22,7 @@ from neural_testbed.likelihood import kl
 __all__ = [
     "Evaluation",
     "classification",
+    "evaluate_log_probs",
     "evaluate_sampler",
     "evaluator_for",
     "make_evaluator",

@@ -31,6 +31,7 @@ from neural_testbed.likelihood.kl import Estimator
 __all__ = [
     "MAX_NETWORKS_PER_CHUNK",
     "Evaluation",
+    "evaluate_log_probs",
     "evaluate_sampler",
     "largest_divisor_at_most",
     "make_evaluator",
@@ -176,6 +177,53 @@ def _evaluation(terms, test: base.TestSamples, layout: _Layout, log_weights, tau
                       logits_valid=jnp.all(valid), num_clipped=num_clipped, diagnostics=report)
 
 
+def _joint_log_likelihood(method: str, numerics, num_hyperplanes: int, num_samples: int):
+    """``(key, log_probs, labels, log_weights) -> (log-likelihood, occupied cells)`` of one
+    test sample by Algorithm 3 (cells NaN) or 4."""
+    def log_likelihood(key, log_probs, labels, log_weights):
+        if method == "monte_carlo":
+            return (estimators.monte_carlo_log_likelihood(log_probs, labels, log_weights),
+                    jnp.array(jnp.nan))
+        return estimators.partition_log_likelihood_and_cells(
+            key, log_probs, labels, log_weights, num_hyperplanes=num_hyperplanes,
+            numerics=numerics, num_samples=num_samples)
+    return log_likelihood
+
+
+@functools.partial(jax.jit, static_argnames=("estimator", "numerics", "num_hyperplanes"))
+def evaluate_log_probs(key: jax.Array, log_probs: jax.Array, test: base.TestSamples,
+                       estimator: str = "monte_carlo", numerics: estimators.Numerics = "reference",
+                       num_hyperplanes: int = 7) -> Evaluation:
+    """The evaluation of given belief samples: ``log_probs [N, M, tau (+ 1), K]``, sample m
+    of test tau-sample n being one network's class log-probabilities at its tau inputs
+    (and then at its out-of-distribution input, where ``test`` has them).
+
+    The same estimators and reductions as :func:`make_evaluator`'s, on predictions made
+    elsewhere (a model in any framework, :mod:`neural_testbed.leaderboard.arrays`); with
+    ``key`` the evaluator's key and the same draws it gives the same evaluation.
+    ``estimator`` is ``"monte_carlo"`` or ``"partition"`` (resolve ``"auto"`` first).
+    """
+    num_test, num_samples, width, _ = log_probs.shape
+    tau = test.y.shape[1]
+    _check_test(test, num_test, tau)
+    has_ood = test.ood_x is not None
+    if width != tau + has_ood:
+        what = "its tau inputs" + (" and its out-of-distribution one" if has_ood else "")
+        raise ValueError(f"predictions at {width} inputs per test sample; expected "
+                         f"{tau + has_ood} ({what})")
+    log_likelihood = _joint_log_likelihood(estimator, numerics, num_hyperplanes, num_samples)
+    chunk = largest_divisor_at_most(num_test, _MAX_ROWS_PER_CHUNK // (num_samples * width))
+    layout = _Layout(False, num_samples, chunk, num_test // chunk)
+    log_weights = jnp.full((num_test, num_samples), -jnp.log(num_samples))
+    in_chunks = lambda a: a.reshape(layout.num_chunks, layout.chunk, *a.shape[1:])
+    partition_key = jax.random.split(key)[1]  # as make_evaluator's evaluate splits its key
+    terms = jax.lax.map(
+        lambda c: _chunk_terms(*c, tau, has_ood, log_likelihood),
+        (in_chunks(log_probs), in_chunks(test.y),
+         in_chunks(jax.random.split(partition_key, num_test)), in_chunks(log_weights)))
+    return _evaluation(terms, test, layout, log_weights, tau, num_samples)
+
+
 def make_evaluator(
     enn: base.ENN,
     tau: int,
@@ -213,17 +261,9 @@ def make_evaluator(
     if numerics not in estimators.NUMERICS:
         raise ValueError(f"unknown numerics {numerics!r}; allowed: "
                          f"{', '.join(estimators.NUMERICS)}")
-    method = kl.choose_estimator(tau, estimator)
+    log_likelihood = _joint_log_likelihood(kl.choose_estimator(tau, estimator), numerics,
+                                           num_hyperplanes, num_samples)
     layout = _layout(enn, tau, num_test, num_samples)
-
-    def log_likelihood(key, log_probs, labels, log_weights):
-        """The joint log-likelihood and Algorithm 4's occupied cells (NaN for Algorithm 3)."""
-        if method == "monte_carlo":
-            return (estimators.monte_carlo_log_likelihood(log_probs, labels, log_weights),
-                    jnp.array(jnp.nan))
-        return estimators.partition_log_likelihood_and_cells(
-            key, log_probs, labels, log_weights, num_hyperplanes=num_hyperplanes,
-            numerics=numerics, num_samples=num_samples)
 
     def evaluate(key: jax.Array, state: base.State, test: base.TestSamples) -> Evaluation:
         index_key, partition_key = jax.random.split(key)
