@@ -13,6 +13,8 @@ table got.
 
 Usage:
   PYTHONPATH=. python tools/publish_baselines.py --db baselines.db --compute
+  PYTHONPATH=. python tools/publish_baselines.py --db baselines.db --compute \
+      --resume-from-table --compute-sweeps classification --compute-agents uniform,mlp
   PYTHONPATH=. python tools/publish_baselines.py --db baselines.db   # only repack the table
   PYTHONPATH=. python tools/publish_baselines.py --db baselines.db --computed-on \
       "2026-11-27 on an NVIDIA H200, JAX 0.11.2"  # repack after merging another machine's rows
@@ -36,9 +38,10 @@ from neural_testbed.leaderboard import baselines, problems, store
 
 # Cheapest first, so that a partial table covers as many agents as it can; each sweep
 # runs the agents whose targets include its problems'.
-AGENTS = ("mlp", "knn", "random_forest", "ensemble", "laplace", "deep_kernel", "ensemble+",
-          "dropout", "epinet", "bbb", "hypermodel", "sgmcmc", "oracle_gp", "gp", "cnp")
-SWEEPS = ("paper", "real", "regression")
+AGENTS = ("uniform", "average_class_probs", "mlp", "knn", "random_forest", "ensemble", "laplace",
+          "deep_kernel", "ensemble+", "dropout", "epinet", "bbb", "hypermodel", "sgmcmc",
+          "oracle_gp", "gp", "cnp")
+SWEEPS = ("paper", "real", "regression", "classification")
 
 
 def agents_for(sweep: str, agents) -> list[str]:
@@ -129,6 +132,11 @@ def main() -> None:
     parser.add_argument("--out", default=str(baselines.PUBLISHED_TABLE))
     parser.add_argument("--compute", action="store_true",
                         help="run each agent on each sweep first (resumes a partial store)")
+    parser.add_argument("--compute-agents", metavar="A,B",
+                        help="with --compute, compute only these agents (default: --agents); "
+                             "the table is still packed for every agent of --agents")
+    parser.add_argument("--compute-sweeps", metavar="S,T",
+                        help="with --compute, compute only on these sweeps (default: --sweeps)")
     parser.add_argument("--resume-from-table", action="store_true",
                         help="fill a new --db with the published rows before computing")
     parser.add_argument("--computed-on", metavar="TEXT",
@@ -148,8 +156,8 @@ def main() -> None:
             added, _ = results.merge(baselines.load(args.out).rows)
         print(f"filled {args.db} with {added} published rows", flush=True)
     if args.compute:
-        for sweep in sweeps:
-            for agent in agents_for(sweep, agents):
+        for sweep in (args.compute_sweeps or args.sweeps).split(","):
+            for agent in agents_for(sweep, (args.compute_agents or args.agents).split(",")):
                 print(f"== {agent} on {sweep} ({datetime.datetime.now():%H:%M})", flush=True)
                 done = subprocess.run([sys.executable, "-m", "neural_testbed.cli", "run",
                                        "--agent", agent, "--sweep", sweep, "--db", args.db,

@@ -30,7 +30,7 @@ def _board_columns(loss: str, taus: Sequence[int]) -> tuple[str, ...]:
                     for suffix in ("", "_stderr", "_norm", "_norm_stderr"))
     return ("agent", "source", *per_tau, f"{loss}_agg", "accuracy", "ece",
             "seconds_per_problem", "problems", "of", "health", "clipped", "flag", "metric",
-            "selection", "config_hash", "changes")
+            "rules", "selection", "config_hash", "changes")
 
 
 def _add_leaderboard(commands, g: options.Groups) -> None:
@@ -50,6 +50,9 @@ def _add_leaderboard(commands, g: options.Groups) -> None:
                              "default uniform on the sweeps of the reference's current protocol "
                              "(classification, classification-quick), as its leaderboard does, "
                              "and mlp on the 2021 paper's, as the paper does")
+    parser.add_argument("--rules", default="ours", choices=list(scoring.RULES),
+                        help="; ".join(f"{k}: {v}" for k, v in scoring.RULES.items())
+                        + " (default: ours)")
     parser.add_argument("--verbose", action="store_true",
                         help="also show each chosen config as JSON (by default a row shows the "
                              "config's hash and the fields that differ from the agent's default)")
@@ -210,7 +213,8 @@ def leaderboard(args) -> int:
     metrics = _board_metrics(args.metrics)
     records, warnings = scoring.score_agents(rows, problems, args.tuning, normaliser,
                                              args.selection,
-                                             _study_metrics(args, metrics, problems))
+                                             _study_metrics(args, metrics, problems),
+                                             rules=args.rules)
     if not records:
         raise store_lib.StoreError(f"{args.db!r} has no successful results for the "
                                    f"{args.sweep!r} sweep")
@@ -218,7 +222,8 @@ def leaderboard(args) -> int:
         print(f"note: {warning}", file=sys.stderr)
     # On stdout only for the terminal table: CSV and Markdown carry a selection column.
     print(f"tuning: {args.tuning}; selection: {args.selection}: "
-          f"{scoring.SELECTIONS[args.selection]}", file=options.notes_stream(args))
+          f"{scoring.SELECTIONS[args.selection]}; rules: {args.rules}: "
+          f"{scoring.RULES[args.rules]}", file=options.notes_stream(args))
     for record in records:
         record["changes"] = _config_changes(record["agent"], record["config"])
         for name in metrics:  # a study metric with no record stored for any agent

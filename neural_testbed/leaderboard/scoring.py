@@ -303,9 +303,16 @@ def score_agents(
     selection: str = "same",
     per_problem: PerProblem | None = None,
     defaults: Mapping[str, str] | None = None,
+    rules: str = "ours",
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The leaderboard: one record per agent's tuned choice, sorted by d_KL^agg, and one
     more for its default config where the tuned choice is another.
+
+    ``rules`` says what a mean is taken over: ``"ours"`` (the problems the record has,
+    ``problems`` of ``of`` saying how many) or ``"reference"`` (the reference's
+    leaderboard: every reported problem, a missing or non-finite estimate counted as
+    :data:`REFERENCE_FILL`, a negative one as 0; see :data:`RULES`). ``health`` is the
+    same under both.
 
     Columns are named by the rows' metric (``metric``: ``kl``, or ``nll`` on real data),
     so a column holds one quantity whatever the sweep: ``kl_<tau>`` (``nll_<tau>``) is
@@ -369,8 +376,13 @@ def score_agents(
         warnings.append(f"no {baseline} default-config results for this sweep, so KL is not "
                         f"normalised; run `neural-testbed run --agent {baseline}` (or "
                         "`leaderboard --with-baselines`) to add them")
+    if rules not in RULES:
+        raise ValueError(f"unknown rules {rules!r}; allowed: {', '.join(RULES)}")
     records = []
     for agent, by_pid, config, hashes, extra in chosen:
+        health, present = _health(by_pid, len(halves[1]), taus), len(by_pid)
+        if rules == "reference":
+            by_pid = _reference_filled(by_pid, halves[1], taus)
         record: dict[str, Any] = {"agent": agent}
         for tau in taus:
             mean, se, _ = stratified((_setting(problems[pid]), s.loss[tau])
@@ -388,11 +400,12 @@ def score_agents(
                 (_setting(problems[pid]), s.diagnostics[name]) for pid, s in by_pid.items()
                 if not math.isnan(s.diagnostics.get(name, math.nan)))[:2]
         record["seconds_per_problem"] = _mean([s.seconds for s in by_pid.values()])
-        record["problems"] = len(by_pid)
+        record["problems"] = present
         record["of"] = len(halves[1])
-        record["health"] = _health(by_pid, len(halves[1]), taus)
+        record["health"] = health
+        record["rules"] = rules
         record["clipped"] = sum(len(s.clipped) for s in by_pid.values())
-        record["flag"] = _flag(len(halves[1]) - len(by_pid), len(halves[1]), record["clipped"])
+        record["flag"] = _flag(len(halves[1]) - present, len(halves[1]), record["clipped"])
         record["metric"] = metric
         record["source"] = _source(by_pid)
         record["label"] = _label(agent, record["source"], extra)
@@ -408,6 +421,29 @@ def score_agents(
         warnings.append(f"standard errors are n/a for {', '.join(lonely)}: some (temperature, "
                         "T) setting has a single scored problem, so no variance estimate")
     return records, warnings
+
+
+# How a leaderboard's means treat missing, non-finite and negative estimates.
+RULES: Mapping[str, str] = types.MappingProxyType({
+    "ours": "means over the problems a record has (problems of of say how many); no "
+            "estimate is changed",
+    "reference": "the reference's leaderboard: a missing or non-finite estimate counts as "
+                 "1e6, a negative one as 0, and every mean is over all reported problems",
+})
+REFERENCE_FILL = 1e6  # the reference's KL_FILL
+
+
+def _reference_filled(by_pid: Mapping[str, ProblemScore], reported: Iterable[str],
+                      taus: Sequence[int]) -> dict[str, ProblemScore]:
+    """Every reported problem's scores under the reference's rules (:data:`RULES`)."""
+    filled = {}
+    for pid in reported:
+        score = by_pid.get(pid)
+        loss = {tau: (REFERENCE_FILL if score is None or not math.isfinite(score.loss[tau])
+                      else max(score.loss[tau], 0.0)) for tau in taus}
+        filled[pid] = (ProblemScore(loss=loss) if score is None
+                       else dataclasses.replace(score, loss=loss))
+    return filled
 
 
 # An estimate below this is unhealthy; above it, a negative KL is the estimator's noise

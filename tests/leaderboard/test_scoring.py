@@ -383,3 +383,23 @@ def test_diagnostics_are_averaged_over_the_smallest_taus_rows():
     # tau = 1 rows are MLP_A's even positions: i = 0, 2, 4, 6 -> 0.0, 0.2, 0.4, 0.6
     assert record["rejection_ability"] == pytest.approx(0.3)
     assert math.isnan(record["epistemic"]) and math.isnan(record["occupied_cells"])
+
+
+def test_health_and_the_references_fill_and_clip_rules():
+    """ens has 3 of 4 problems (the 4th failed) and one estimate below the tolerance:
+    health (3 * 2 - 1) / 8. Under the reference's rules its means are over all 4 problems,
+    the missing one at 1e6 and the negative one at 0; under ours over its 3, unchanged."""
+    rows = MLP_A + _rows("ens", "C", dict(zip(IDS[:3], [0.05, -0.01, 0.1])),
+                         dict(zip(IDS[:3], [5, 15, 10]))) + ENS_FAILED
+    ours = _by_agent(_score(rows, PROBLEMS)[0])["ens"]
+    theirs = _by_agent(_score(rows, PROBLEMS, rules="reference")[0])["ens"]
+    assert ours["health"] == theirs["health"] == pytest.approx(5 / 8)
+    assert _by_agent(_score(rows, PROBLEMS)[0])["mlp"]["health"] == 1
+    assert ours["rules"] == "ours" and theirs["rules"] == "reference"
+    # Stratified means weigh each (temperature, T) stratum by its problems: here the
+    # plain mean over the problems each counts.
+    assert ours["kl_1"] == pytest.approx((0.05 - 0.01 + 0.1) / 3)
+    assert theirs["kl_1"] == pytest.approx((0.05 + 0.0 + 0.1 + 1e6) / 4)
+    assert ours["problems"] == theirs["problems"] == 3 and theirs["of"] == 4
+    with pytest.raises(ValueError, match="unknown rules 'nope'"):
+        _score(rows, PROBLEMS, rules="nope")
