@@ -319,9 +319,10 @@ class Problem(Protocol):
         ...
 
     @property
-    def stratum(self) -> tuple[Hashable, int]:
-        """The fixed stratum of the problem (e.g. (temperature, T)): standard errors are
-        stratified by it, and ``per-setting`` tuning picks a config per stratum."""
+    def stratum(self) -> tuple[Hashable, ...]:
+        """The fixed stratum of the problem, ``(panel, T, ...)`` (e.g. (temperature, T), or
+        (temperature, T, d) where d varies): standard errors are stratified by it, and
+        ``per-setting`` tuning picks a config per stratum."""
         ...
 
     @property

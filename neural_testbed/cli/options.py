@@ -74,15 +74,9 @@ def _sweep() -> argparse.ArgumentParser:
     sweep_choice = _group()
     sweep_choice.add_argument(
         "--sweep", default="quick", choices=list(problems_lib.SWEEPS), action=_Given,
-        help="problem sweep: 'quick' (18 problems, about a minute for mlp), 'paper' (the "
-             "paper's 210 problems), 'smoke' (4 problems, for checks), 'classification' "
-             "(the reference's current leaderboard: 180 problems, d in {2, 10, 100}, dyadic "
-             "test inputs, tau in {1, 10}), 'classification-quick' (12 of them), 'real' "
-             "(170 problems on scikit-learn's iris, wine, breast cancer and 8x8 digits; needs "
-             "the 'real' "
-             "extra), 'real-quick' (16 of them), 'regression' (180 Gaussian-process "
-             "regression problems, d in {1, 10, 100}), 'regression-quick' (8 of them) or "
-             "'regression-wang' (Wang et al.'s synthetic setting, 30 problems); default: quick")
+        help="problem sweep: " + "; ".join(
+            f"'{name}' ({text})" for name, text in problems_lib.DESCRIPTIONS.items())
+        + "; default: quick")
     sweep_choice.add_argument(
         "--dataset", metavar="FILE",
         help="your own data instead of --sweep: a .npz with arrays x_train, y_train, x_test, "
@@ -100,8 +94,9 @@ def _compute() -> argparse.ArgumentParser:
                               f"{run_options.MAX_AGENT_SEED} (default: 0)")
     compute.add_argument("--estimator", default="auto", choices=list(kl.ESTIMATORS),
                          help="joint log-likelihood estimator: monte_carlo (Algorithm 3), "
-                              "partition (Algorithm 4), or auto = monte_carlo for tau < 10, "
-                              "partition otherwise (default)")
+                              "partition (Algorithm 4), or auto = monte_carlo up to the "
+                              "problem's max_monte_carlo_tau (9 on the 2021 sweeps, 10 on "
+                              "the reference's current ones), partition above (default)")
     compute.add_argument("--taus", default=None, metavar="T1,T2,...",
                          help="evaluate each trained agent at these taus instead of 1 and 100, "
                               "e.g. 1,2,5,10,20,50,100 for `plot`'s d_KL^tau / tau curve (with "

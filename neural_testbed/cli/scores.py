@@ -255,7 +255,8 @@ def _print_cells(args, cells: list[dict[str, Any]], baseline_names: Sequence[str
                  taus: tuple[str, ...], cell: str) -> None:
     """The comparisons per setting, and per baseline the count of significant ones."""
     print(f"\n{args.agent} - baseline per (temperature, T) (paired t-test, df = pairs - 1):")
-    print(scoring.format_records(cells, "table", ("baseline", "source", "temperature",
+    by_dim = ("input_dim",) if any("input_dim" in r for r in cells) else ()
+    print(scoring.format_records(cells, "table", ("baseline", "source", *by_dim, "temperature",
                                                   "num_train", *taus,
                                                   diff, "stderr", "p_value", "pairs",
                                                   "verdict", "flag")))

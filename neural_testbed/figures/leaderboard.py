@@ -126,9 +126,11 @@ def _temperature_title(temperature: float | str | tuple) -> str:
 
 
 def figure_normalised_kl(
-    records: Sequence[Mapping[str, Any]], path: str | os.PathLike, baseline: str = "mlp"
+    records: Sequence[Mapping[str, Any]], path: str | os.PathLike, baseline: str = "mlp",
+    taus: tuple[int, int] = (1, 100),
 ) -> pathlib.Path:
-    """The paper's Figure 2: each agent's KL divided by the baseline's, at tau = 1 and 100.
+    """The paper's Figure 2: each agent's KL divided by the baseline's, at the sweep's two
+    taus (1 and 100 on the paper's, 1 and 10 on the current sweeps).
 
     Bars carry their standard error (for a normalised value, the delta-method
     error of the paired ratio). When no record has a normalised value (no
@@ -139,6 +141,7 @@ def figure_normalised_kl(
       records: ``scoring.score_agents(rows, problems, tuning="per-setting")[0]``.
       path: the PNG file to write.
       baseline: the agent the values are normalised by (labels only).
+      taus: the two taus drawn, one panel each.
 
     Returns:
       ``path``.
@@ -151,7 +154,7 @@ def figure_normalised_kl(
     positions = np.arange(len(records))
     labels = [r.get("label", r["agent"]) + ("*" if r.get("flag") else "") for r in records]
     loss = records[0]["metric"]
-    for ax, tau in zip(axes, (1, 100)):
+    for ax, tau in zip(axes, taus):
         normalised = any(_finite(r[f"{loss}_{tau}_norm"]) for r in records)
         values, errors = [], []
         for r in records:
@@ -206,15 +209,23 @@ def figure_kl_vs_num_train(
         raise ValueError(f"no KL results at tau={tau} to plot")
     colours = _colours((r["agent"] for r in records), baseline)
     temperatures = sorted({r["temperature"] for r in records})
-    figure = new_figure(_SIZE_FIGURES_8_9)
-    axes = figure.subplots(1, len(temperatures), squeeze=False)[0]
+    # One row of panels per input dimension where the settings name it (the current
+    # sweep's d in {2, 10, 100}; a 2-d problem's setting does not).
+    dims = sorted({r.get("input_dim", 2) for r in records}) if any(
+        "input_dim" in r for r in records) else [None]
+    width, height = _SIZE_FIGURES_8_9
+    figure = new_figure((width, height * (0.8 * len(dims) if len(dims) > 1 else 1)))
+    grid = figure.subplots(len(dims), len(temperatures), squeeze=False)
+    axes = list(grid.flat)
+    panels = [(d, t) for d in dims for t in temperatures]
     agents = sorted({r["agent"] for r in records}, key=lambda a: (a == baseline, a))
     names = _source_labels(records)
-    for ax, temperature in zip(axes, temperatures):
+    for ax, (input_dim, temperature) in zip(axes, panels):
         for agent in agents:
             points = sorted((r["num_train"], r[r["metric"]], r[f"{r['metric']}_stderr"])
                             for r in records
-                            if r["agent"] == agent and r["temperature"] == temperature)
+                            if r["agent"] == agent and r["temperature"] == temperature
+                            and (input_dim is None or r.get("input_dim", 2) == input_dim))
             if not points:
                 continue
             num_train, kl, se = zip(*points)
@@ -226,13 +237,16 @@ def figure_kl_vs_num_train(
         ax.set_xscale("log")
         ax.set_xlabel("T (training pairs)")
         title = _temperature_title(temperature)
+        if input_dim is not None:
+            title = f"d = {input_dim}, {title}"
         if len(temperatures) > 4:  # narrow panels: regression's six would overlap
             ax.set_title(title.replace(", ", "\n", 1), fontsize=10)
         else:
             ax.set_title(title)
         ax.grid(alpha=0.3)
     real = all(isinstance(t, str) for t in temperatures)  # panels are datasets: NLL
-    axes[0].set_ylabel(f"{'NLL' if real else 'd_KL'}^{tau} (mean over seeds)")
+    for row in grid:
+        row[0].set_ylabel(f"{'NLL' if real else 'd_KL'}^{tau} (mean over seeds)")
     legend = {}  # label -> handle, over every panel: an agent may miss a temperature
     for ax in axes:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
@@ -244,31 +258,34 @@ def figure_kl_vs_num_train(
 
 def figure_kl_vs_time(
     candidate_records: Sequence[Mapping[str, Any]],
-    baseline_kl_100: float,
+    baseline_kl: float,
     path: str | os.PathLike,
     baseline: str = "mlp",
+    tau: int = 100,
 ) -> pathlib.Path:
-    """The paper's Figure 10: normalised d_KL^100 against seconds per problem.
+    """The paper's Figure 10: normalised d_KL^tau (tau = 100 there) against seconds per
+    problem.
 
     One point per config, coloured by agent; a config scored on fewer problems
-    than the most complete one is drawn hollow. When ``baseline_kl_100`` is not a
+    than the most complete one is drawn hollow. When ``baseline_kl`` is not a
     positive number the raw d_KL^100 is drawn and the axis label says so.
 
     Args:
       candidate_records: ``scoring.score_candidates(rows, problems)``.
-      baseline_kl_100: the baseline agent's d_KL^100, the normaliser.
+      baseline_kl: the baseline agent's d_KL^tau, the normaliser.
       path: the PNG file to write.
       baseline: the baseline's name (labels only).
+      tau: the tau drawn.
 
     Returns:
       ``path``.
     """
-    records = [r for r in candidate_records if _finite(r[f"{r['metric']}_100"])
+    records = [r for r in candidate_records if _finite(r[f"{r['metric']}_{tau}"])
                and _finite(r["seconds_per_problem"]) and r["seconds_per_problem"] > 0]
     if not records:
-        raise ValueError("no configs with a finite d_KL^100 and a positive time to plot")
-    normalised = _finite(baseline_kl_100) and baseline_kl_100 > 0
-    divisor = baseline_kl_100 if normalised else 1.0
+        raise ValueError(f"no configs with a finite d_KL^{tau} and a positive time to plot")
+    normalised = _finite(baseline_kl) and baseline_kl > 0
+    divisor = baseline_kl if normalised else 1.0
     colours = _colours((r["agent"] for r in records), baseline)
     most = max(r["problems"] for r in records)
     names = _source_labels(records)
@@ -278,17 +295,17 @@ def figure_kl_vs_time(
         mine = [r for r in records if r["agent"] == agent]
         full = [r["problems"] == most for r in mine]
         ax.scatter([r["seconds_per_problem"] for r in mine],
-                   [r[f"{r['metric']}_100"] / divisor for r in mine],
+                   [r[f"{r['metric']}_{tau}"] / divisor for r in mine],
                    label=names[agent], s=30, edgecolors=colours[agent], linewidths=1.2,
                    facecolors=[colours[agent] if f else "none" for f in full])
     ax.set_xscale("log")
     ax.set_xlabel("seconds per problem (train + evaluate)")
     if normalised:
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
-        ax.set_ylabel(f"d_KL^100 / {baseline}'s d_KL^100")
+        ax.set_ylabel(f"d_KL^{tau} / {baseline}'s d_KL^{tau}")
     else:
-        ax.set_ylabel(f"d_KL^100 (raw: no {baseline} results to normalise by)")
-    title = "d_KL^100 against compute, one point per config"
+        ax.set_ylabel(f"d_KL^{tau} (raw: no {baseline} results to normalise by)")
+    title = f"d_KL^{tau} against compute, one point per config"
     if not all(r["problems"] == most for r in records):
         title += "\n(hollow: scored on fewer problems)"
     ax.set_title(title)
@@ -356,7 +373,7 @@ def save_figures(
     rows: Iterable[base.ProblemResult],
     problems: Mapping[str, problems_lib.Problem],
     out_dir: str | os.PathLike,
-    baseline: str = "mlp",
+    baseline: str | None = None,
 ) -> list[pathlib.Path]:
     """Writes figure2.png, figure8.png, figure9.png and figure10.png into ``out_dir``,
     and figure7.png where the rows hold ensemble+ configs with two or more prior
@@ -371,7 +388,9 @@ def save_figures(
       rows: stored rows (``ResultsStore.rows()``).
       problems: the sweep, problem id -> Problem (``get_sweep(name)``).
       out_dir: the folder to write to; created if missing.
-      baseline: the agent KL is normalised by and drawn dashed.
+      baseline: the agent KL is normalised by and drawn dashed; None: the sweep's
+        default (:func:`scoring.default_normaliser`: uniform on the current sweeps,
+        mlp on the paper's).
 
     Returns:
       The paths written.
@@ -381,6 +400,9 @@ def save_figures(
     """
     rows = list(rows)
     out_dir = pathlib.Path(out_dir)
+    baseline = baseline or scoring.default_normaliser(problems)
+    taus = sorted({t for p in problems.values() for t in p.taus})
+    small, big = taus[0], taus[-1]
     tuned = scoring.score_agents(rows, problems, tuning="per-setting", baseline=baseline)[0]
     if not any(r["problems"] for r in tuned):
         raise ValueError("no ok results for the sweep's problems in these rows; run "
@@ -390,14 +412,14 @@ def save_figures(
     global_tuned = scoring.score_agents(rows, problems, tuning="global", baseline=baseline)[0]
     default = configs_lib.config_hash(baseline, registry.AGENTS[baseline].default) \
         if baseline in registry.AGENTS else None
-    base_kl_100 = next((r[f"{r['metric']}_100"] for r in global_tuned if r["agent"] == baseline
-                        and r["config_hash"] == default), math.nan)
+    base_kl = next((r[f"{r['metric']}_{big}"] for r in global_tuned if r["agent"] == baseline
+                    and r["config_hash"] == default), math.nan)
     paths = [
-        figure_normalised_kl(tuned, out_dir / "figure2.png", baseline),
-        figure_kl_vs_num_train(settings, 1, out_dir / "figure8.png", baseline),
-        figure_kl_vs_num_train(settings, 100, out_dir / "figure9.png", baseline),
-        figure_kl_vs_time(scoring.score_candidates(rows, problems), base_kl_100,
-                          out_dir / "figure10.png", baseline),
+        figure_normalised_kl(tuned, out_dir / "figure2.png", baseline, (small, big)),
+        figure_kl_vs_num_train(settings, small, out_dir / "figure8.png", baseline),
+        figure_kl_vs_num_train(settings, big, out_dir / "figure9.png", baseline),
+        figure_kl_vs_time(scoring.score_candidates(rows, problems), base_kl,
+                          out_dir / "figure10.png", baseline, big),
     ]
     priors = {prior_function_label(json.loads(r.config) or {}) for r in rows
               if r.agent == "ensemble+" and r.problem_id in problems}

@@ -237,9 +237,13 @@ class MLPClassificationProblem:
                 self.max_monte_carlo_tau)
 
     @property
-    def stratum(self) -> tuple[float, int]:
-        """Problems are stratified by (temperature, T) in every standard error."""
-        return self.temperature, self.num_train
+    def stratum(self) -> tuple:
+        """Problems are stratified by (temperature, T) in every standard error, and by d
+        too where it is not the paper's 2: the current sweep's T = ratio x d repeats a T
+        across d (T = 100 is d = 10 at ratio 10 and d = 100 at ratio 1)."""
+        if self.input_dim == 2:
+            return self.temperature, self.num_train
+        return self.temperature, self.num_train, self.input_dim
 
     @property
     def key_seed(self) -> int:

@@ -26,6 +26,7 @@ import os
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from neural_testbed import base
@@ -64,6 +65,7 @@ class RealClassificationProblem:
     temperature: float = PRIOR_TEMPERATURE  # told to the agent (and stored in the row)
     num_hyperplanes: int = NUM_HYPERPLANES  # Algorithm 4's d
     max_monte_carlo_tau: int = 9  # "auto": Monte Carlo up to this tau (base.Problem)
+    kappa: int | None = None  # None: i.i.d. test rows; k: each tau-sample from k anchor rows
 
     metric = "nll"  # no exact likelihood on real data
     target = "classification"
@@ -78,6 +80,10 @@ class RealClassificationProblem:
         if not self.taus or any(not isinstance(t, int) or t < 1 for t in self.taus):
             raise ValueError(f"{self.problem_id}: every tau must be an integer >= 1, "
                              f"got {self.taus!r}")
+        if self.kappa is not None and (not isinstance(self.kappa, int)
+                                       or isinstance(self.kappa, bool) or self.kappa < 1):
+            raise ValueError(f"{self.problem_id}: kappa must be None (i.i.d. test rows) or an "
+                             f"integer >= 1, got {self.kappa!r}")
 
     @property
     def dataset_name(self) -> str:
@@ -92,7 +98,8 @@ class RealClassificationProblem:
     def shape(self) -> tuple:
         return ("real_classification", self.dataset, self.digest, self.label_column,
                 self.standardise, self.num_train, self.input_dim, self.num_classes, self.num_train_split,
-                self.num_test_split, self.taus, self.num_test, self.num_samples)
+                self.num_test_split, self.taus, self.num_test, self.num_samples, self.kappa,
+                self.max_monte_carlo_tau)
 
     @property
     def padding_group(self) -> tuple:
@@ -100,7 +107,8 @@ class RealClassificationProblem:
         the split, so a larger T's first T rows are the same set."""
         return ("real_classification", self.dataset, self.digest, self.label_column,
                 self.standardise, self.input_dim, self.num_classes, self.num_train_split,
-                self.num_test_split, self.taus, self.num_test, self.num_samples)
+                self.num_test_split, self.taus, self.num_test, self.num_samples, self.kappa,
+                self.max_monte_carlo_tau)
 
     @property
     def key_seed(self) -> int:
@@ -130,11 +138,11 @@ class RealClassificationProblem:
         return base.ProblemInstance(data, prior, {"x": args["x_test"], "y": args["y_test"]})
 
     def sample_test(self, key: jax.Array, env, tau: int) -> base.TestSamples:
-        """Test rows drawn with replacement; each tau-sample's out-of-distribution input
-        is a random test row plus ``N(0, OOD_NOISE^2)`` noise in every (standardised)
-        feature, a shift of the test split (the bundled datasets differ in input
-        dimension, so one cannot stand in for another)."""
-        rows = jax.random.randint(key, (self.num_test, tau), 0, self.num_test_split)
+        """Test rows drawn with replacement (:func:`test_rows`); each tau-sample's
+        out-of-distribution input is a random test row plus ``N(0, OOD_NOISE^2)`` noise in
+        every (standardised) feature, a shift of the test split (the bundled datasets
+        differ in input dimension, so one cannot stand in for another)."""
+        rows = test_rows(key, self.num_test, tau, self.num_test_split, self.kappa)
         row_key, noise_key = jax.random.split(base.ood_key(key))
         shifted = env["x"][jax.random.randint(row_key, (self.num_test,), 0, self.num_test_split)]
         ood_x = shifted + OOD_NOISE * jax.random.normal(noise_key, shifted.shape)
@@ -145,6 +153,22 @@ class RealClassificationProblem:
         """The training rows, prior knowledge and test split, computed now."""
         template = dataclasses.replace(self, problem_id="", seed=0)
         return base.build_instance(self, template)
+
+
+def test_rows(key: jax.Array, num_test: int, tau: int, num_rows: int,
+              kappa: int | None) -> jax.Array:
+    """``[num_test, tau]`` test-split rows: drawn with replacement (``kappa`` None), or
+    each tau-sample's from its own ``kappa`` anchor rows, themselves drawn with
+    replacement (enn's polyadic NLL, ``make_nll_polyadic_calculator``, which
+    uncertainty-baselines reports with tau = 10, kappa = 2). A repeated row repeats its
+    label: real data has one label per input, where the synthetic testbed draws a
+    fresh label at each repeat."""
+    if kappa is None:
+        return jax.random.randint(key, (num_test, tau), 0, num_rows)
+    anchor_key, index_key = jax.random.split(key)
+    anchors = jax.random.randint(anchor_key, (num_test, kappa), 0, num_rows)
+    index = jax.random.randint(index_key, (num_test, tau), 0, kappa)
+    return jnp.take_along_axis(anchors, index, axis=1)
 
 
 def _mtime(path: str) -> float:
@@ -185,11 +209,13 @@ def _problems(name: str, dataset: str, data: datasets_lib.Dataset, digest: str,
 
 
 def dataset_problems(name: str, num_trains=NUM_TRAIN_GRID, seeds=range(NUM_SEEDS),
+                     id_prefix: str | None = None,
                      **settings) -> dict[str, RealClassificationProblem]:
     """The problems of a built-in dataset: T in ``num_trains`` below the training split's
-    size and the whole split, ``seeds`` each; ids ``name/i`` in (T, seed) order."""
+    size and the whole split, ``seeds`` each; ids ``name/i`` (or ``id_prefix/i``) in
+    (T, seed) order. ``settings`` override problem fields (taus, kappa, ...)."""
     data = datasets_lib.load_dataset(name)
-    return _problems(name, name, data, f"builtin:{name}:{_digest(data)}", None, num_trains,
+    return _problems(id_prefix or name, name, data, f"builtin:{name}:{_digest(data)}", None, num_trains,
                      seeds, **settings)
 
 

@@ -2,9 +2,11 @@
 
 A sweep maps problem ids to problems (see the problem protocol in
 :mod:`neural_testbed.base`). Every problem draws its environment, training
-data, test data and the agent's key from its own seed, so the same problem
-gives the same numbers on every machine and in every sweep, and no two
-problems share a draw.
+data, test data and the agent's key from a seed that is a hash of its
+definition, so the same problem gives the same numbers on every machine and in
+every sweep, no two problems of a sweep share a draw, and a problem that two
+sweeps define alike (the paper's and the reference's current 2-d grids share
+every (T, temperature, seed)) is the same draw in both, so their rows pair.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from neural_testbed.generative import gp_regression, mlp_classification, real_cl
 
 __all__ = [
     "REAL_DATASETS",
+    "DESCRIPTIONS",
     "SWEEPS",
     "Problem",
     "builtin_hashes",
@@ -113,6 +116,26 @@ def _classification_quick_sweep(full: Mapping[str, Problem]) -> dict[str, Proble
             and p.seed < 2}
 
 
+# The reference's current 2-d sweep (f2090d1's classification_2d): the paper's grid in the
+# reference's order (T, temperature, seed), i.i.d. test inputs, tau in {1, 10}.
+_CLASSIFICATION_2D_PROTOCOL = {"taus": (1, 10), "max_monte_carlo_tau": 10}
+
+
+def _classification_2d_current_sweep() -> dict[str, Problem]:
+    """The reference's current 2-d sweep: T in {1, ..., 1000} x temperature x 10 seeds =
+    210 problems in its order, each at tau = 1 and tau = 10 on i.i.d. test inputs. Its
+    classification_2d/i (tau 1) and classification_2d/(210 + i) (tau 10) are our
+    classification_2d_current/i; the ids are not the paper sweep's classification_2d/i,
+    whose order (temperature, T, seed) and taus (1, 100) are the 2021 paper's."""
+    grid = itertools.product(_PAPER_NUM_TRAIN, _PAPER_TEMPERATURES, _PAPER_SEEDS)
+    problems = {}
+    for i, (num_train, temperature, seed) in enumerate(grid):
+        problem_id = f"classification_2d_current/{i}"
+        problems[problem_id] = Problem(problem_id, temperature, num_train, seed,
+                                       **_CLASSIFICATION_2D_PROTOCOL)
+    return problems
+
+
 REAL_DATASETS = ("iris", "wine", "breast_cancer", "digits")
 
 
@@ -122,6 +145,17 @@ def _real_sweep() -> dict[str, base.Problem]:
     problems = {}
     for name in REAL_DATASETS:
         problems.update(real_classification.dataset_problems(name))
+    return problems
+
+
+def _real_dyadic_sweep() -> dict[str, base.Problem]:
+    """``real``'s problems (the same training rows) tested as uncertainty-baselines tests
+    joint predictions, enn's polyadic NLL: tau in {1, 10}, each tau-sample's rows drawn
+    from kappa = 2 anchor rows of the test split. Ids ``<dataset>_dyadic/i``."""
+    problems = {}
+    for name in REAL_DATASETS:
+        problems.update(real_classification.dataset_problems(
+            name, id_prefix=f"{name}_dyadic", **_CURRENT_PROTOCOL))
     return problems
 
 
@@ -146,6 +180,29 @@ def _regression_sweep() -> dict[str, base.Problem]:
         problem_id = f"regression/{i}"
         problems[problem_id] = gp_regression.GPRegressionProblem(
             problem_id, input_dim=d, num_train=ratio * d, seed=seed, noise_variance=noise)
+    return problems
+
+
+# The reference's current regression sweep (f2090d1's regression): d x data ratio x noise
+# std x 10 seeds, tau 1, M = 100, N = int(1000 / tau) + 1 test samples, 1000 test inputs.
+_REGRESSION_CURRENT_RATIOS = (1, 10, 100)
+_REGRESSION_CURRENT_NOISE_VARIANCES = (0.0001, 0.01, 1.0)  # noise std 0.01, 0.1, 1
+
+
+def _regression_current_sweep() -> dict[str, base.Problem]:
+    """The reference's current regression sweep: d in {1, 10, 100} x T = {1, 10, 100} x d
+    x noise std in {0.01, 0.1, 1} x 10 seeds = 270 problems in its order, tau = 1,
+    M = 100 belief samples, N = 1001 test samples (its ``int(1000 / tau) + 1``). Ids
+    ``regression_current/i`` are the reference's regression/i; our ``regression``
+    sweep's ids are another grid."""
+    grid = itertools.product(_REGRESSION_INPUT_DIMS, _REGRESSION_CURRENT_RATIOS,
+                             _REGRESSION_CURRENT_NOISE_VARIANCES, _PAPER_SEEDS)
+    problems = {}
+    for i, (d, ratio, noise_variance, seed) in enumerate(grid):
+        problem_id = f"regression_current/{i}"
+        problems[problem_id] = gp_regression.GPRegressionProblem(
+            problem_id, input_dim=d, num_train=ratio * d, seed=seed,
+            noise_variance=noise_variance, taus=(1,), num_test=1001, num_samples=100)
     return problems
 
 
@@ -203,11 +260,37 @@ SWEEPS: Mapping[str, Mapping[str, base.Problem]] = _Sweeps({
     "classification": lambda sweeps: _classification_sweep(),
     "classification-quick": lambda sweeps: _classification_quick_sweep(
         sweeps["classification"]),
+    "classification-2d-current": lambda sweeps: _classification_2d_current_sweep(),
     "real": lambda sweeps: _real_sweep(),
+    "real-dyadic": lambda sweeps: _real_dyadic_sweep(),
     "real-quick": lambda sweeps: _real_quick_sweep(sweeps["real"]),
     "regression": lambda sweeps: _regression_sweep(),
     "regression-quick": lambda sweeps: _regression_quick_sweep(sweeps["regression"]),
+    "regression-current": lambda sweeps: _regression_current_sweep(),
     "regression-wang": lambda sweeps: _regression_wang_sweep(),
+})
+
+
+# One line per sweep, for the commands' help and `neural-testbed problems`.
+DESCRIPTIONS: Mapping[str, str] = types.MappingProxyType({
+    "quick": "18 problems of 'paper', about a minute for mlp",
+    "paper": "the 2021 paper's 210 problems: d = 2, i.i.d. test inputs, tau in {1, 100}",
+    "smoke": "4 problems of 'paper', for checks",
+    "classification": "the reference's current leaderboard: 180 problems, d in {2, 10, 100}, "
+                      "dyadic test inputs, tau in {1, 10}",
+    "classification-quick": "12 problems of 'classification'",
+    "classification-2d-current": "the reference's current 2-d sweep: the paper's 210 "
+                                 "problems in its order, tau in {1, 10}",
+    "real": "170 problems on scikit-learn's iris, wine, breast cancer and 8x8 digits, "
+            "scored by NLL; needs the 'real' extra",
+    "real-dyadic": "'real' with enn's polyadic NLL (uncertainty-baselines' joint metric): "
+                   "dyadic test rows, tau in {1, 10}",
+    "real-quick": "16 problems of 'real'",
+    "regression": "180 Gaussian-process regression problems, d in {1, 10, 100}",
+    "regression-quick": "8 problems of 'regression'",
+    "regression-current": "the reference's current regression sweep: 270 problems, d in "
+                          "{1, 10, 100}, noise std in {0.01, 0.1, 1}, M = 100",
+    "regression-wang": "Wang et al.'s synthetic setting, 30 problems",
 })
 
 

@@ -83,7 +83,18 @@ class ProblemScore:
 
 
 Candidate = tuple[str, str, str, int]  # agent, config_hash, estimator, agent_seed
-Setting = tuple[Any, int]  # a problem's stratum: (temperature, T), or (dataset, T) on real data
+# A problem's stratum: (temperature, T), (temperature, T, d) where d is not 2, or
+# (dataset, T) on real data.
+Setting = tuple[Any, ...]
+
+
+def _where(setting: Setting | None) -> dict[str, Any]:
+    """A setting's columns: temperature and T, and d where the stratum names it."""
+    where = {"temperature": setting[0] if setting else None,
+             "num_train": setting[1] if setting else None}
+    if setting and len(setting) > 2:
+        where["input_dim"] = setting[2]
+    return where
 
 
 def _setting(problem: Any) -> Setting:
@@ -515,8 +526,7 @@ def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
     mean, se, strata = stratified(pairs)
     df = len(pairs) - strata
     p_value = _p_value(mean, se, df)
-    where = {"temperature": setting[0] if setting else None,
-             "num_train": setting[1] if setting else None}
+    where = _where(setting)
     verdict = _verdict(mean, p_value, COMPARE_METRICS[metric])
     if metric in LOSSES:
         return {
@@ -700,7 +710,7 @@ def kl_by_setting(
     rows: Iterable[StoredRow], problems: Mapping[str, Any], tuning: str = "global",
     selection: str = "same",
 ) -> list[dict[str, Any]]:
-    """Each agent's mean KL (and its stderr over seeds) per (temperature, T, tau), tuned:
+    """Each agent's mean KL (and its stderr over seeds) per setting and tau, tuned:
     ``kl`` and ``kl_stderr``, or ``nll`` and ``nll_stderr`` where the metric is the NLL.
 
     With ``selection="held-out"`` the means are over each setting's reported half.
@@ -714,9 +724,8 @@ def kl_by_setting(
             pids = [pid for pid in by_pid if _setting(problems[pid]) == setting]
             for tau in _taus(problems):
                 mean, se, _ = stratified((setting, by_pid[pid].loss[tau]) for pid in pids)
-                records.append({"agent": agent, "temperature": setting[0], "num_train": setting[1],
-                                "tau": tau, "metric": metric, metric: mean,
-                                f"{metric}_stderr": se, "problems": len(pids),
+                records.append({"agent": agent, **_where(setting), "tau": tau,
+                                "metric": metric, metric: mean, f"{metric}_stderr": se, "problems": len(pids),
                                 "source": _source({pid: by_pid[pid] for pid in pids}),
                                 "selection": selection})
     return records

@@ -102,7 +102,7 @@ def test_a_bad_kappa_is_one_clear_error(kappa):
         dataclasses.replace(problem, kappa=kappa)
 
 
-def test_the_environment_scores_zero_on_the_new_sweep():
+def test_the_environment_scores_zero_on_the_new_sweep(environment_agent):
     """An agent that is the environment scores d_KL 0 (to float32 rounding) at tau = 1 and
     10 on a problem of each input dimension, through the run path (N = M = 100 here to
     keep the test short: the estimate is exact at any N, M for a one-member agent)."""
@@ -110,13 +110,7 @@ def test_the_environment_scores_zero_on_the_new_sweep():
     problems = [dataclasses.replace(next(p for p in quick.values() if p.input_dim == d),
                                     num_test=100, num_samples=100) for d in (2, 10, 100)]
     for problem in problems:
-        params = problem.instance().env.params
-
-        def apply(temperature, x, index, params=params):
-            return generative.environment_logits(generative.Environment(params, temperature), x)
-
-        agent = base.Agent(lambda key, data, prior: prior.temperature,
-                           base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
+        agent = environment_agent(problem)
         rows = leaderboard.run_agent(lambda shapes: agent, [problem], "oracle", progress=False)
         assert sorted(r.tau for r in rows) == [1, 10]
         assert all(r.status == "ok" and abs(r.kl) < 1e-5 for r in rows), [

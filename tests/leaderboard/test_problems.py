@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from neural_testbed import leaderboard
+from neural_testbed import cli, leaderboard
+from neural_testbed.leaderboard import problems
 
 
 def test_paper_sweep_is_the_papers_grid():
@@ -89,3 +90,11 @@ def test_problems_of_one_seed_index_are_independent():
 def test_every_problem_of_the_paper_sweep_has_its_own_key_seed():
     paper = leaderboard.get_sweep("paper")
     assert len({p.key_seed for p in paper.values()}) == len(paper)
+
+
+def test_every_sweep_is_described_in_the_commands_help():
+    assert list(problems.DESCRIPTIONS) == list(problems.SWEEPS)
+    run_help = cli.build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    flat = " ".join(run_help.split())
+    for name in problems.SWEEPS:
+        assert f"'{name}' (" in flat, name

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural_testbed import agents, base, evaluation, generative, leaderboard
+from neural_testbed import agents, base, evaluation, leaderboard
 from neural_testbed.run import programs as runner
 
 PAPER = leaderboard.get_sweep("paper")
@@ -138,19 +138,13 @@ def test_a_failing_problem_is_recorded_and_the_others_run():
                for r in by_id[pid])
 
 
-def test_true_environment_agent_scores_zero_through_the_runner():
+def test_true_environment_agent_scores_zero_through_the_runner(environment_agent):
     """An agent that knows its problem's environment has KL 0 at every tau of a tau curve
     (including the extra Monte Carlo row at tau 10), epistemic uncertainty 0 and one
     distinct belief sample."""
     taus = (1, 2, 10)
     for problem in _small(["classification_2d/95", "classification_2d/165"], taus=taus):
-        params = problem.instance().env.params
-
-        def apply(temperature, x, index, params=params):
-            return generative.environment_logits(generative.Environment(params, temperature), x)
-
-        agent = base.Agent(lambda key, data, prior: prior.temperature,
-                           base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
+        agent = environment_agent(problem)
         rows = leaderboard.run_agent(lambda shapes: agent, [problem], "oracle", progress=False)
         assert sorted((r.tau, r.estimator) for r in rows) == sorted(
             [(t, "auto") for t in taus] + [(10, "monte_carlo")])

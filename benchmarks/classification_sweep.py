@@ -1,0 +1,114 @@
+"""Time and peak memory of each agent on the `classification` sweep, cell by cell.
+
+Not a test. The reference's current sweep spans d in {2, 10, 100} and T = {1, 10, 100,
+1000} x d: its largest problems train on 100,000 pairs of 100 inputs. For each agent
+asked for, this runs its default config on one problem of every (d, T) cell
+(temperature 0.1, seed 0), each in a fresh process (``leaderboard.run_agent``, what
+``neural-testbed run`` does), and records per cell the wall time, the compilation, the
+training and each tau's evaluation seconds and the process's peak resident memory. A
+cell that runs past ``--timeout`` or fails is recorded so. From the cells it estimates
+the whole sweep's cost: per cell one compilation and 15 problems' training and
+evaluation (the sweep's 3 temperatures x 5 seeds share the cell's programs). Appends
+one record per agent, with the machine, date, versions and command, to
+``benchmarks/results/classification_sweep.jsonl``.
+
+Usage:
+  PYTHONPATH=. python benchmarks/classification_sweep.py --agents mlp ensemble
+  PYTHONPATH=. python benchmarks/classification_sweep.py --agents knn --timeout 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import mechanisms  # noqa: E402  (machine and versions, recorded alike)
+
+RESULTS = pathlib.Path(__file__).parent / "results" / "classification_sweep.jsonl"
+PROBLEMS_PER_CELL = 15  # 3 temperatures x 5 seeds
+
+_CELL = """
+import functools, json, resource, sys, time
+from neural_testbed import agents, leaderboard
+agent, pid = sys.argv[1], sys.argv[2]
+problem = leaderboard.get_sweep("classification")[pid]
+spec = agents.get_agent(agent)
+start = time.perf_counter()
+rows = leaderboard.run_agent(functools.partial(spec.make, spec.default), [problem], agent,
+                             config=spec.default, progress=False)
+wall = time.perf_counter() - start
+first = min(rows, key=lambda r: r.tau)
+print(json.dumps({
+    "wall_s": round(wall, 2), "compile_s": round(first.compile_seconds, 2),
+    "train_s": round(first.train_seconds, 2),
+    "eval_s": {str(r.tau): round(r.eval_seconds, 2) for r in rows},
+    "status": sorted({r.status for r in rows}), "errors": sorted({r.error for r in rows if r.error}),
+    "kl": {str(r.tau): r.kl for r in rows},
+    "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+"""
+
+
+def _cells():
+    from neural_testbed import leaderboard
+
+    sweep = leaderboard.get_sweep("classification")
+    return [(pid, p.input_dim, p.num_train) for pid, p in sweep.items()
+            if p.temperature == 0.1 and p.seed == 0]
+
+
+def measure(agent: str, timeout: float) -> dict[str, object]:
+    cells, estimate, complete = [], 0.0, True
+    for pid, d, t in _cells():
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        try:
+            done = subprocess.run([sys.executable, "-c", _CELL, agent, pid], capture_output=True,
+                                  text=True, timeout=timeout)
+            cell = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                    else {"status": ["crashed"], "errors": [done.stderr.strip()[-300:]]})
+        except subprocess.TimeoutExpired:
+            cell = {"status": ["timeout"], "wall_s": round(time.perf_counter() - start, 1)}
+        cell.update(problem_id=pid, input_dim=d, num_train=t, load_average_before=round(load, 2))
+        cells.append(cell)
+        print(f"{agent:>20} d={d:<3} T={t:<6} {cell.get('status')} wall "
+              f"{cell.get('wall_s')} s, peak {cell.get('peak_rss_mb')} MB", flush=True)
+        if cell["status"] == ["ok"]:
+            per_problem = cell["train_s"] + sum(cell["eval_s"].values())
+            estimate += cell["compile_s"] + PROBLEMS_PER_CELL * per_problem
+        else:
+            complete = False
+    return {
+        "benchmark": "classification_sweep", "agent": agent, "cells": cells,
+        "sweep_estimate_s": round(estimate) if complete else None,
+        "estimate_of_cells_that_ran_s": round(estimate),
+        "command": f"PYTHONPATH=. python benchmarks/classification_sweep.py --agents {agent} "
+                   f"--timeout {timeout:g}",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": mechanisms._machine(), "versions": mechanisms._versions(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", nargs="+", default=["mlp"])
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds a cell may take (default 600)")
+    args = parser.parse_args()
+    RESULTS.parent.mkdir(exist_ok=True)
+    for agent in args.agents:
+        record = measure(agent, args.timeout)
+        with open(RESULTS, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"{agent}: whole sweep about {record['sweep_estimate_s']} s "
+              f"(cells that ran: {record['estimate_of_cells_that_ran_s']} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
