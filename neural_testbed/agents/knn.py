@@ -32,9 +32,16 @@ from neural_testbed.agents import validation
 __all__ = ["KnnConfig", "KnnState", "knn_sweep", "make_knn_agent", "truncated_logits"]
 
 Weighting = Literal["uniform", "distance"]
-# Test inputs per block of the distance computation: [block, T] floats at a
-# time, 16 MB for T = 1000, whatever number of inputs the evaluator passes.
-_BLOCK = 4096
+# The distance computation's block of test inputs: at most 4096 of them, fewer where T x d
+# is large, so that its [block, T, d] differences stay within 2^25 floats (128 MB),
+# whatever number of inputs the evaluator passes (T = 100,000 pairs of d = 100 inputs
+# would otherwise need 164 GB).
+_MAX_BLOCK = 4096
+_BLOCK_FLOATS = 2**25
+
+
+def _block_size(rows: int, input_dim: int) -> int:
+    return max(1, min(_MAX_BLOCK, _BLOCK_FLOATS // max(1, rows * input_dim)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,10 +106,11 @@ def make_knn_agent(config: KnnConfig, shapes: base.Shapes) -> base.Agent:
     def apply(state: KnnState, x: jax.Array, index: jax.Array) -> jax.Array:
         del index  # a single model
         n = x.shape[0]
-        if n <= _BLOCK:
+        block = _block_size(state.x.shape[0], x.shape[-1])
+        if n <= block:
             return truncated_logits(class_probs(state, x))
-        pad = -n % _BLOCK
-        blocks = jnp.pad(x, ((0, pad), (0, 0))).reshape(-1, _BLOCK, x.shape[-1])
+        pad = -n % block
+        blocks = jnp.pad(x, ((0, pad), (0, 0))).reshape(-1, block, x.shape[-1])
         logits = jax.lax.map(lambda block: truncated_logits(class_probs(state, block)), blocks)
         return logits.reshape(-1, logits.shape[-1])[:n]
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, base, leaderboard
+from neural_testbed.run import checks, programs
 
 PRIOR = base.PriorKnowledge(input_dim=2, num_classes=3, env_hidden=(50, 50), temperature=0.1)
 DATA = base.Data(x=jnp.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [5.0, 5.0], [6.0, 5.0]]),
@@ -100,3 +101,15 @@ def test_runs_through_the_runner_with_the_product_of_marginals():
     by = {(r.problem_id, r.tau): r.kl for r in rows}
     for p in problems:
         assert by[(p.problem_id, 100)] >= by[(p.problem_id, 1)]
+
+
+def test_blocks_keep_the_largest_current_problem_within_memory():
+    """T = 100,000 pairs of d = 100 inputs: the [block, T, d] differences are bounded
+    (2^25 floats), where 4096 test inputs at a time needed 164 GB."""
+    problem = leaderboard.get_sweep("classification")["classification/165"]
+    assert (problem.num_train, problem.input_dim) == (100_000, 100)
+    config = agents.KnnConfig()
+    runner = programs.UnitRunner(agents.make_knn_agent(config, base.Shapes.of(problem)),
+                                 "knn", (config,), problem, "auto", 0)
+    size, program = checks.largest_array(runner, problem)
+    assert size <= 2**25 * 4 + 2**30, (size, program)  # a block, or the evaluator's own arrays

@@ -96,3 +96,14 @@ def test_the_environment_scores_zero_on_a_current_sweep(environment_agent, sweep
     assert sorted(r.tau for r in rows) == sorted(problem.taus)
     assert all(r.status == "ok" and abs(r.kl) < 1e-5 for r in rows), [
         (r.tau, r.kl, r.error) for r in rows]
+
+
+def test_settings_of_the_classification_sweep_are_its_d_t_and_temperature_cells():
+    """T = ratio x d repeats a T across d (T = 100: d = 10 at ratio 10, d = 100 at ratio 1):
+    the strata that standard errors and per-setting tuning use keep them apart."""
+    sweep = leaderboard.get_sweep("classification")
+    strata = {}
+    for p in sweep.values():
+        strata.setdefault(p.stratum, set()).add((p.input_dim, p.num_train, p.temperature))
+    assert len(strata) == 3 * 4 * 3 and all(len(cells) == 1 for cells in strata.values())
+    assert leaderboard.get_sweep("paper")["classification_2d/17"].stratum == (0.01, 3)
