@@ -223,39 +223,6 @@ def test_the_shipped_table_is_of_todays_problems_and_default_configs():
     assert progress[("mlp", "paper")] == (210, 210)
 
 
-def test_the_shipped_table_is_read_into_todays_columns_number_for_number():
-    """The shipped table is in the columns of store schema 4, where kl held real data's NLL
-    and a regression row's temperature its noise variance: read (not recomputed), each
-    value lands in its own column, unchanged, and nothing is left in the others."""
-    with gzip.open(baselines.PUBLISHED_TABLE, "rt") as f:
-        table = json.load(f)
-    assert "target" not in table["columns"], "the table is in today's columns: drop this test"
-    raw = [dict(zip(table["columns"], values)) for values in table["rows"]]
-    shipped = baselines.load(baselines.PUBLISHED_TABLE).rows
-    regression = problems.get_sweep("regression")
-    assert len(shipped) == len(raw)
-    kinds = set()
-    for old, row in zip(raw, shipped):
-        assert (row.agent, row.problem_id, row.tau) == (old["agent"], old["problem_id"],
-                                                        old["tau"])
-        assert row.estimate(row.metric) == (old["kl"], old["kl_stderr"])
-        unused = (row.nll, row.nll_stderr) if row.metric == "kl" else (row.kl, row.kl_stderr)
-        assert unused == (None, None)
-        if row.target == "regression":
-            assert row.noise_variance == old["temperature"] == (
-                regression[row.problem_id].noise_variance)
-            assert (row.temperature, row.num_classes, row.accuracy, row.ece) == (None,) * 4
-        else:
-            assert (row.temperature, row.num_classes, row.accuracy, row.ece) == (
-                old["temperature"], old["num_classes"], old["accuracy"], old["ece"])
-            assert row.noise_variance is None and old["num_classes"] >= 2
-        assert (row.train_seconds, row.diagnostics, row.version) == (
-            old["train_seconds"], old["diagnostics"], old["version"])
-        kinds.add((row.target, row.metric, row.problem_id.startswith("regression/")))
-    assert kinds == {("classification", "kl", False), ("classification", "nll", False),
-                     ("regression", "kl", True)}
-
-
 def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path, mlp_rows):
     """The progress says how many problems have a failed row (oracle_gp's GPU rows had 13
     unnoticed); a part whose rows were recomputed (same problems, new times) is stamped
