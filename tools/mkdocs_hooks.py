@@ -21,7 +21,7 @@ from mkdocs.structure.files import File
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _FROM_ROOT = {"index.md": "README.md", "changelog.md": "CHANGELOG.md"}
-_SWEEPS = ("paper", "real", "regression")
+_SWEEPS = ("paper", "real", "regression", "classification")
 
 
 def on_files(files, config):
@@ -88,6 +88,23 @@ def _latest_measurements() -> str:
         lines.append(f"| {r['threads']} ({r['torch_threads']}) | "
                      f"{'yes' if r['beside_jax'] else 'no'} | {r['train_s']} | "
                      f"{r['date'][:10]} | {r['machine'].get('usable_cores', '')} |")
+    lines += ["", "### Each agent on the `classification` sweep "
+              "(`benchmarks/classification_sweep.py`)", "",
+              "One problem of each (d, T) cell, default config, a fresh process each; the "
+              "whole sweep estimated as one compilation and 15 problems per cell.", "",
+              "| agent | whole sweep, estimated | slowest cell | its wall s | peak memory MB "
+              "| cells run | date | cores |", "|---|---|---|---|---|---|---|---|"]
+    for r in _latest(results / "classification_sweep.jsonl", lambda r: r["agent"]):
+        ran = [c for c in r["cells"] if c["status"] == ["ok"]]
+        slowest = max(r["cells"], key=lambda c: c.get("wall_s") or 0)
+        estimate = (f"{r['sweep_estimate_s'] / 60:.0f} min" if r["sweep_estimate_s"] is not None
+                    else f"over {r['estimate_of_cells_that_ran_s'] / 60:.0f} min")
+        lines.append(f"| {r['agent']} | {estimate} | d = {slowest['input_dim']}, T = "
+                     f"{slowest['num_train']} ({', '.join(slowest['status'])}) | "
+                     f"{slowest.get('wall_s')} | "
+                     f"{max((c.get('peak_rss_mb') or 0) for c in r['cells'])} | "
+                     f"{len(ran)} of {len(r['cells'])} | {r['date'][:10]} | "
+                     f"{r['machine'].get('usable_cores', '')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -102,8 +119,11 @@ def _published_scores() -> dict[str, dict[str, dict]]:
         sweep_problems = problems.get_sweep(sweep)
         rows, _ = baselines.rows_for(published, registry.AGENTS, sweep_problems)
         if rows:
-            records, _ = scoring.score_agents(rows, sweep_problems)
-            scores[sweep] = {r["agent"]: r for r in records}
+            normaliser = scoring.default_normaliser(sweep_problems)
+            records, _ = scoring.score_agents(rows, sweep_problems, baseline=normaliser)
+            taus = sorted({t for p in sweep_problems.values() for t in p.taus})
+            scores[sweep] = {r["agent"]: dict(r, taus=(taus[0], taus[-1]),
+                                              normaliser=normaliser) for r in records}
     return scores
 
 
@@ -177,16 +197,19 @@ def _agent_page(name, spec, scores) -> str:
              if name in records]
     if table:
         lines += ["The default config on each sweep, from the shipped table (`leaderboard "
-                  "--with-baselines`); normalised by mlp's.", "",
-                  "| sweep | metric | tau = 1 | tau = 100 | normalised, tau = 1 | "
-                  "normalised, tau = 100 | problems |", "|---|---|---|---|---|---|---|"]
+                  "--with-baselines`), at the sweep's smallest and largest tau; normalised "
+                  "by the sweep's default baseline (mlp's, uniform's on `classification`).",
+                  "", "| sweep | metric | small tau | large tau | normalised by | "
+                  "normalised, small tau | normalised, large tau | problems |",
+                  "|---|---|---|---|---|---|---|---|"]
         for sweep_name, r in table:
-            m = r["metric"]
+            m, (small, large) = r["metric"], r["taus"]
             lines.append(f"| {sweep_name} | {'d_KL' if m == 'kl' else 'NLL'} | "
-                         f"{_number(r[f'{m}_1'], r[f'{m}_1_stderr'])} | "
-                         f"{_number(r[f'{m}_100'], r[f'{m}_100_stderr'])} | "
-                         f"{_number(r[f'{m}_1_norm'], r[f'{m}_1_norm_stderr'])} | "
-                         f"{_number(r[f'{m}_100_norm'], r[f'{m}_100_norm_stderr'])} | "
+                         f"{small}: {_number(r[f'{m}_{small}'], r[f'{m}_{small}_stderr'])} | "
+                         f"{large}: {_number(r[f'{m}_{large}'], r[f'{m}_{large}_stderr'])} | "
+                         f"{r['normaliser']} | "
+                         f"{_number(r[f'{m}_{small}_norm'], r[f'{m}_{small}_norm_stderr'])} | "
+                         f"{_number(r[f'{m}_{large}_norm'], r[f'{m}_{large}_norm_stderr'])} | "
                          f"{r['problems']} of {r['of']} |")
     else:
         lines.append("No published rows.")
