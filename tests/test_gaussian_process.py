@@ -7,6 +7,7 @@ import numpy as np
 from scipy import stats
 
 from neural_testbed import base, gaussian_process, kernels
+from neural_testbed.run import programs
 
 # The library functions under test, each compiled as one program (not op by op).
 _prior_covariance = jax.jit(gaussian_process.prior_covariance, static_argnums=0)
@@ -58,3 +59,21 @@ def test_a_cpus_joint_sample_is_the_whole_matrixs_root_as_before():
     expected = mean + gaussian_process.square_root(cov) @ jax.random.normal(key, mean.shape)
     np.testing.assert_array_equal(jax.jit(gaussian_process.joint_sample)(key, mean, cov),
                                   expected)
+
+
+def test_the_ridge_finds_repeated_inputs_block_by_block_and_holds_few_comparisons():
+    """same_input compares a block of rows at a time: the same matrix as all at once, and
+    for the current regression sweep's largest problem (T = 10,000 training and 1,000 pool
+    inputs of d = 100) no [n, m, d] array of 12 GB."""
+    x = jax.random.normal(jax.random.key(0), (37, 3))
+    x2 = jnp.concatenate([x[::4], jax.random.normal(jax.random.key(1), (5, 3))])
+    whole = np.asarray(jnp.all(x[:, None] == x2[None], -1), np.float32)
+    assert whole.sum() == 10  # every fourth row of x is repeated once in x2
+    for block in (1, 7, 3 * 15, 10**9):
+        np.testing.assert_array_equal(gaussian_process.same_input(x, x2, block), whole)
+    n, d = 11_000, 100
+    spec = jax.ShapeDtypeStruct((n, d), jnp.float32)
+    traced = jax.jit(gaussian_process.same_input).trace(spec, spec).jaxpr.jaxpr
+    largest = max(np.prod(v.aval.shape) for eqn in programs.equations(traced)
+                  for v in eqn.outvars)
+    assert largest <= (n + 30) * n, largest  # the [n, n] answer (padded to whole blocks)
