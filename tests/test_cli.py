@@ -184,7 +184,9 @@ def _read_only(path):
      (["--set", "l2_weight_decay=inf"], ["l2_weight_decay must be a finite number, got inf"]),
      (["--set", "hidden=50,0"], ["hidden must be one or more widths >= 1"]),
      (["--taus", "1,x"], ["--taus '1,x': expected integers >= 1"]),
-     (["--taus", "0,5"], ["--taus '0,5'"])],
+     (["--taus", "0,5"], ["--taus '0,5'"]),
+     (["--problems", "classification_2d/17"],
+      ["--problems: 'classification_2d/17' is not a problem of the smoke sweep"])],
 )
 def test_bad_run_settings_are_refused_before_the_store_is_made(tmp_path, capsys, no_work, args,
                                                              fragments, one_error_line):
@@ -602,3 +604,26 @@ def test_the_memory_check_traces_only_what_the_store_still_lacks(tmp_path, smoke
         assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db),
                          "--quiet"]) in (0, 1)
         assert checked == expected, db.name
+
+
+def test_problems_names_a_handful_of_problems_from_any_sweep_or_from_the_one_given():
+    from neural_testbed.cli import options
+
+    def chosen(*argv):
+        args = cli.build_parser().parse_args(["run", "--agent", "mlp", *argv])
+        return options.sweep_problems(args)
+
+    picked = chosen("--problems", "classification/65", "classification/3", "classification/65")
+    assert list(picked) == ["classification/65", "classification/3"]  # in order, once each
+    assert picked["classification/65"] == leaderboard.get_sweep("classification")[
+        "classification/65"]
+    assert list(chosen("--sweep", "smoke", "--problems", "classification_2d/90")) == [
+        "classification_2d/90"]
+    assert list(chosen("--problems", "iris_dyadic/3")) == ["iris_dyadic/3"]
+    with pytest.raises(ValueError, match="no built-in sweep has a problem 'nope/1'"):
+        chosen("--problems", "classification/3", "nope/1")
+    with pytest.raises(ValueError, match=r"classification_2d/17 \(tau 1, 100\) and "
+                                         r"classification/65 \(tau 1, 10\)"):
+        chosen("--problems", "classification_2d/17", "classification/65")
+    assert len(chosen("--problems", "classification_2d/17", "classification/65",
+                      "--taus", "1,10")) == 2

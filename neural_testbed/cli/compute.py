@@ -25,9 +25,10 @@ def _add_run(commands, g: options.Groups) -> None:
     parser = commands.add_parser(
         "run", parents=[g.common, g.db, g.sweep, g.compute, g.scale, g.one_agent],
         help="evaluate one agent config on a problem sweep",
-        description="Train an agent once per problem of a sweep, evaluate d_KL at each tau "
-                    "(1 and 100), store every row, and print a table and an aggregate line. "
+        description="Train an agent once per problem of a sweep, evaluate d_KL at each of "
+                    "its taus, store every row, and print a table and an aggregate line. "
                     "Results already in the store are reused.")
+    options.add_problem_ids(parser)
     parser.add_argument("--output", metavar="CSV",
                         help=f"also write this run's rows to a CSV file "
                              f"({options.SPREADSHEET_NOTE})")
@@ -42,6 +43,7 @@ def _add_sweep(commands, g: options.Groups) -> None:
                     "writing every result to the store as soon as it is computed. Rerun after "
                     "an interruption to continue where it stopped.")
     parser.add_argument("--agent", required=True, help="registered agent name")
+    options.add_problem_ids(parser)
     parser.add_argument("--configs", default=registry.PAPER_SWEEP, metavar="NAME",
                         help="which of the agent's config sweeps: 'paper' (default, the paper's "
                              "hyperparameter sweep) or one the agent names (`neural-testbed "

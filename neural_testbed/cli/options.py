@@ -98,7 +98,9 @@ def _compute() -> argparse.ArgumentParser:
                               "problem's max_monte_carlo_tau (9 on the 2021 sweeps, 10 on "
                               "the reference's current ones), partition above (default)")
     compute.add_argument("--taus", default=None, metavar="T1,T2,...",
-                         help="evaluate each trained agent at these taus instead of 1 and 100, "
+                         help="evaluate each trained agent at these taus instead of its "
+                              "problems' own (1 and 100 on the paper's sweeps, 1 and 10 on the "
+                              "current ones), "
                               "e.g. 1,2,5,10,20,50,100 for `plot`'s d_KL^tau / tau curve (with "
                               "--estimator auto, the first tau >= 10 is also evaluated with "
                               "monte_carlo, stored as such)")
@@ -117,6 +119,14 @@ def _compute() -> argparse.ArgumentParser:
                          help="exit with status 0 even if some problems failed")
     compute.add_argument("--quiet", action="store_true", help="no progress bar")
     return compute
+
+
+def add_problem_ids(parser: argparse.ArgumentParser) -> None:
+    """``--problems ID [ID ...]``: a handful of problems instead of a whole sweep."""
+    parser.add_argument("--problems", nargs="+", default=None, metavar="ID", dest="problem_ids",
+                        help="only these problems, e.g. classification_2d/17 classification/65: "
+                             "ids of --sweep when it is given, else of any built-in sweep "
+                             "(`neural-testbed problems --sweep S` lists them)")
 
 
 def _scale() -> argparse.ArgumentParser:
@@ -210,8 +220,23 @@ def sweep_problems(args) -> Mapping[str, Any]:
         problems = generative.file_problems(args.dataset, args.label_column)
     elif args.label_column:
         raise ValueError("--label-column goes with --dataset FILE.csv")
+    elif getattr(args, "problem_ids", None) and not getattr(args, "sweep_given", False):
+        problems = problems_lib.find_problems(args.problem_ids)
+        args.sweep = "chosen"  # for messages: the problems are named, not a sweep
     else:
         problems = problems_lib.get_sweep(args.sweep)
+    if getattr(args, "problem_ids", None):
+        unknown = [pid for pid in args.problem_ids if pid not in problems]
+        if unknown:
+            raise ValueError(f"--problems: {unknown[0]!r} is not a problem of the {args.sweep} "
+                             f"sweep; see `neural-testbed problems --sweep {args.sweep}`")
+        problems = {pid: problems[pid] for pid in dict.fromkeys(args.problem_ids)}
+        by_taus = {p.taus: pid for pid, p in problems.items()}
+        if len(by_taus) > 1 and not taus:
+            (a, first), (b, second) = list(by_taus.items())[:2]
+            raise ValueError(f"--problems: {first} (tau {', '.join(map(str, a))}) and {second} "
+                             f"(tau {', '.join(map(str, b))}) are scored at different taus, so "
+                             "one table cannot hold both; run them apart or give --taus")
     if taus:
         problems = {pid: dataclasses.replace(p, taus=taus) for pid, p in problems.items()}
     remember_datasets(args, problems)

@@ -26,6 +26,7 @@ __all__ = [
     "SWEEPS",
     "Problem",
     "builtin_hashes",
+    "find_problems",
     "get_sweep",
     "load_problem",
     "prior_knowledge",
@@ -300,6 +301,29 @@ def get_sweep(name: str) -> Mapping[str, Problem]:
         return SWEEPS[name]
     except KeyError:
         raise ValueError(f"unknown sweep {name!r}; allowed: {', '.join(SWEEPS)}") from None
+
+
+def find_problems(problem_ids) -> dict[str, base.Problem]:
+    """The built-in problems of these ids, from whichever sweeps hold them (an id two
+    sweeps hold is the same problem in both); raises ValueError naming an unknown id."""
+    found: dict[str, base.Problem] = {}
+    wanted = set(problem_ids)
+    for name in SWEEPS:
+        prefixes = {pid.split("/")[0] for pid in wanted - set(found)}
+        if not prefixes:
+            break
+        if name.startswith("real") and not prefixes & _REAL_PREFIXES:
+            continue  # a real-data sweep reads its datasets: only where an id may be there
+        sweep = SWEEPS[name]
+        found.update({pid: sweep[pid] for pid in wanted - set(found) if pid in sweep})
+    unknown = [pid for pid in problem_ids if pid not in found]
+    if unknown:
+        raise ValueError(f"--problems: no built-in sweep has a problem {unknown[0]!r}; "
+                         "`neural-testbed problems --sweep S` lists a sweep's ids")
+    return {pid: found[pid] for pid in problem_ids}
+
+
+_REAL_PREFIXES = {*REAL_DATASETS, *(f"{name}_dyadic" for name in REAL_DATASETS)}
 
 
 def builtin_hashes() -> dict[str, str]:

@@ -54,13 +54,38 @@ def _checked_configs(configs: Sequence[Any]) -> list[Any]:
     return list(configs)
 
 
-def _progress(units: Iterator, total: int, desc: str, show: bool) -> Iterator:
-    """Yields ``(unit, rows)`` with a progress bar and ETA on stderr."""
+def _programs_of(unit: WorkUnit) -> tuple:
+    """What a unit's compiled programs depend on: units alike share them."""
+    return (unit.agent, type(unit.config).__name__, len(unit.more_configs),
+            unit.problems[0].shape, unit.pad_to, unit.train_rows, unit.study is None)
+
+
+def _progress(planned: Sequence[WorkUnit], units: Iterator, total: int, desc: str,
+              show: bool, at_once: int) -> Iterator:
+    """Yields ``(unit, rows)`` with a progress bar and ETA on stderr; the bar says
+    "compiling" while a unit in flight (one of the next ``at_once``) is the first of its
+    programs, which a cold run spends most of its first minutes on."""
+    pending, compiled = list(planned), set()
+
+    def status(bar, refresh):
+        new = any(_programs_of(u) not in compiled for u in pending[:at_once])
+        bar.set_postfix_str("compiling" if new else "", refresh=refresh)
+
     with tqdm(total=total, unit="problem", disable=not show or total == 0, file=sys.stderr,
               desc=desc, dynamic_ncols=True) as bar:
+        status(bar, refresh=True)
         for unit, rows in units:
             yield unit, rows
+            compiled.add(_programs_of(unit))
+            if unit in pending:
+                pending.remove(unit)
+            status(bar, refresh=False)  # shown by the update
             bar.update(len(unit.problems) * len(unit.configs))
+
+
+def _at_once(options: RunOptions) -> int:
+    """Units in flight at a time: this process's, or one per worker."""
+    return max(options.units_at_once, options.workers)
 
 
 def check_builder(build: Any) -> None:
@@ -107,7 +132,8 @@ def run_agent(build: base.AgentBuilder, problems: Sequence[base.Problem],
     total = sum(len(u.problems) * len(u.configs) for u in units)
     executed = execute.execute(units, options, build)
     with contextlib.closing(executed):
-        for _, rows in _progress(executed, total, agent_name, options.progress):
+        for _, rows in _progress(units, executed, total, agent_name, options.progress,
+                                 _at_once(options)):
             if on_rows is not None:
                 on_rows(rows)
             results.extend(rows)
@@ -135,7 +161,8 @@ def run_sweep(agent_name: str, configs: Sequence[Any], problems: Sequence[base.P
     # Closed on the way out, whatever ends the loop (a Ctrl-C while rows are written
     # would otherwise leave the workers computing and the exit waiting for them).
     with contextlib.closing(executed):
-        for _, rows in _progress(executed, total, agent_name, options.progress):
+        for _, rows in _progress(units, executed, total, agent_name, options.progress,
+                                 _at_once(options)):
             store.write(rows)
             summary.computed += len(rows)
             summary.failed += sum(r.status != "ok" for r in rows)
@@ -156,6 +183,7 @@ def run_study(study: Any, agent_name: str, config: Any, problems: Sequence[base.
     units = [WorkUnit(agent_name, config, tuple(group), study=study) for group in shapes.values()]
     executed = execute.execute(units, options, build)
     with contextlib.closing(executed):
-        for _, records in _progress(executed, len(problems), agent_name, options.progress):
+        for _, records in _progress(units, executed, len(problems), agent_name,
+                                    options.progress, _at_once(options)):
             store.write_studies(records)
     return len(problems)

@@ -268,3 +268,15 @@ def test_a_sweep_compiles_once_per_config_group_and_shape(monkeypatch, tmp_path)
                                             problems_per_batch=problems_per_batch)
         assert summary.computed == len(configs) * len(problems) * 2 and summary.failed == 0
         assert len(compiled) == programs, problems_per_batch
+
+
+def test_the_progress_bar_says_when_it_is_compiling(capsys):
+    """The bar says "compiling" while the first unit of its programs runs, and not once
+    the units are done."""
+    problems = _small(["classification_2d/20", "classification_2d/21"], taus=(1,))
+    leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=True, units_at_once=1,
+                          problems_per_batch=1)
+    states = [s for s in capsys.readouterr().err.split("\r") if "mlp" in s]
+    assert any("0/2" in s and "compiling" in s for s in states), states
+    assert not any("1/2" in s and "compiling" in s for s in states), states  # same programs
+    assert "2/2" in states[-1] and "compiling" not in states[-1], states
