@@ -89,15 +89,10 @@ def _bash(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
-# What conftest.py adds for the suite's own compiles (tests/test_users_programs.py).
-SUITE_ONLY = ("JAX_DISABLE_MOST_OPTIMIZATIONS", "XLA_FLAGS")
-
-
-def _python(code: str, cwd: pathlib.Path, as_users: bool = False) -> subprocess.CompletedProcess:
-    """Runs ``code`` in its own interpreter; ``as_users``: with the process settings a user
-    has (XLA's optimisations on), for examples whose time is in running, not compiling."""
-    env = {k: v for k, v in os.environ.items() if not (as_users and k in SUITE_ONLY)}
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
+def _python(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    """Runs ``code`` in its own interpreter, with the suite's compile settings (conftest.py;
+    tests/test_users_programs.py compiles as users do): the examples' time is compiling."""
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
                           text=True, timeout=900)
 
 
@@ -152,7 +147,7 @@ def test_every_python_example_runs(page, code, a_readers_store):
     if covered:
         assert (ROOT / covered[0].split("::")[0].split(" ")[0]).exists(), covered
         return
-    done = _python(code, a_readers_store, as_users=any(f in code for f in SLOW))
+    done = _python(code, a_readers_store)
     assert done.returncode == 0, (page.name, code, done.stderr[-2000:])
 
 

@@ -203,10 +203,12 @@ def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path, mon
 def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'neural-testbed[ray]')")
     psutil = pytest.importorskip("psutil")
-    # The command runs the smoke sweep at its full size (taus 1 and 2: the same work units,
-    # a fraction of the evaluation), so the plain rows are of it too.
-    plain = _sweep(tmp_path / "plain.db", [dataclasses.replace(p, taus=(1, 2))
-                                           for p in leaderboard.get_sweep("smoke").values()])[1]
+    # The command runs two smoke problems of one shape (one work unit) at full size (taus 1
+    # and 2: a fraction of the evaluation), so the plain rows are of them too.
+    pids = ["classification_2d/90", "classification_2d/91"]
+    smoke = leaderboard.get_sweep("smoke")
+    plain = _sweep(tmp_path / "plain.db", [dataclasses.replace(smoke[pid], taus=(1, 2))
+                                           for pid in pids])[1]
     # Every process of this run inherits the marker, so the test never touches
     # another run's Ray workers on a shared machine.
     marker = f"{os.getpid()}-{tmp_path.name}"
@@ -214,7 +216,8 @@ def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(tmp_path)
     db = tmp_path / "ray.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "neural_testbed.cli", "sweep", "--agent", "toy", "--import", TOY,
-         "--sweep", "smoke", "--taus", "1,2", "--db", str(db), "--backend", "ray", "--workers",
+         "--sweep", "smoke", "--problems", *pids, "--taus", "1,2", "--db", str(db),
+         "--backend", "ray", "--workers",
          "1", "--quiet"],  # one actor: killed, restarted by Ray, and its unit retried
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
