@@ -191,7 +191,32 @@ def sweep(args) -> int:
     with store_lib.ResultsStore(args.db, create=False) as store:
         failed = store.run_rows(args.agent, configs, list(problems.values()), [args.estimator],
                                 args.seed, status="failed")
+        rows = [r for r in store.rows() if r.agent == args.agent]
+    _print_ranking(args, configs, rows, problems)
     return _report_failures(failed, args.keep_going)
+
+
+def _print_ranking(args, configs: Sequence[Any], rows, problems) -> None:
+    """The sweep's configs, best first: most problems covered, then the lowest aggregate
+    loss (the order `leaderboard` tunes by), each with what it changes from the default."""
+    hashes = {configs_lib.config_hash(args.agent, c) for c in configs}
+    records = [r for r in scoring.score_candidates(rows, problems)
+               if r["config_hash"] in hashes and r["agent_seed"] == args.seed
+               and r["estimator"] == args.estimator]
+    if not records:
+        return
+    loss = records[0]["metric"]
+    records.sort(key=lambda r: (-r["problems"], r[f"{loss}_agg"]))
+    taus = sorted({t for p in problems.values() for t in p.taus})
+    for rank, r in enumerate(records, 1):
+        r["rank"] = rank
+        r["changes"] = configs_lib.config_changes(r["config"], registry.get_agent(
+            args.agent).default)
+    print(f"\n{args.agent}'s configs on {args.sweep}, best first (most problems, then the "
+          f"lowest {loss}_agg):")
+    print(scoring.format_records(records, "table", (
+        "rank", *(f"{loss}_{t}" for t in taus), f"{loss}_agg", "problems",
+        "seconds_per_problem", "config_hash", "changes")))
 
 
 def _diagnose_problem(args):

@@ -686,16 +686,16 @@ def score_candidates(
 ) -> list[dict[str, Any]]:
     """One record per (agent, config, estimator, agent seed), untuned.
 
-    Each has ``agent``, ``config_hash``, ``config``, ``metric``, ``<metric>_<tau>`` (mean
-    over the problems it covers), ``<metric>_agg``, ``seconds_per_problem``, ``problems``
-    and ``source`` (see :func:`score_agents`).
+    Each has ``agent``, ``config_hash``, ``config``, ``estimator``, ``agent_seed``,
+    ``metric``, ``<metric>_<tau>`` (mean over the problems it covers), ``<metric>_agg``,
+    ``seconds_per_problem``, ``problems`` and ``source`` (see :func:`score_agents`).
     """
     scores, configs, metric = collect_scores(rows, problems)
     taus = _taus(problems)
     records = []
     for cand, by_pid in sorted(scores.items()):
         record: dict[str, Any] = {"agent": cand[0], "config_hash": cand[1], "config": configs[cand],
-                                  "metric": metric}
+                                  "estimator": cand[2], "agent_seed": cand[3], "metric": metric}
         for tau in taus:
             record[f"{metric}_{tau}"] = _mean([s.loss[tau] for s in by_pid.values()])
         record[f"{metric}_agg"] = _agg(by_pid, taus)

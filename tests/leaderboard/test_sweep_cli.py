@@ -61,6 +61,14 @@ def workdir(tmp_path_factory):
     status, out, err = _run(SWEEP + ["--db", "ref.db"], path)
     assert status == 0, err
     assert f"{TOTAL_ROWS} rows computed, 0 reused" in out
+    # The sweep ends with its configs ranked: both, on all 4 problems, lowest kl_agg first.
+    ranking = out[out.index("toy's configs on smoke, best first"):].splitlines()
+    header, *ranked = ranking[1:4]
+    columns = header.split()
+    assert columns[:5] == ["rank", "kl_1", "kl_100", "kl_agg", "problems"], header
+    values = [line.split() for line in ranked]
+    assert [v[0] for v in values] == ["1", "2"] and all(v[4] == "4" for v in values)
+    assert float(values[0][3]) <= float(values[1][3])
     status, _, err = _run(["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=30",
                            "--db", "ref.db", "--quiet"], path)
     assert status == 0, err
