@@ -2,10 +2,12 @@
 
 import dataclasses
 import functools
+import ipaddress
 import itertools
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -200,7 +202,11 @@ def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(tmp_path):
+def test_ray_backend_listens_on_loopback_only_survives_a_killed_worker_and_gives_the_plain_rows(
+        tmp_path):
+    """One local Ray cluster (started by the command, as a user's is) for two checks: every
+    socket its processes listen on is loopback, and a worker SIGKILLed mid-task is restarted
+    by Ray and its unit retried, so the rows are the plain run's."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'neural-testbed[ray]')")
     psutil = pytest.importorskip("psutil")
     # The command runs two smoke problems of one shape (one work unit) at full size (taus 1
@@ -213,23 +219,66 @@ def test_ray_backend_survives_a_killed_worker_and_gives_the_plain_rows(tmp_path)
     # another run's Ray workers on a shared machine.
     marker = f"{os.getpid()}-{tmp_path.name}"
     env = dict(os.environ, PYTHONPATH=str(HERE.parents[1]), NEURAL_TESTBED_TEST_RUN=marker)
+    env.pop("RAY_ADDRESS", None)  # a local cluster, started by the command
     db = tmp_path / "ray.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "neural_testbed.cli", "sweep", "--agent", "toy", "--import", TOY,
          "--sweep", "smoke", "--problems", *pids, "--taus", "1,2", "--db", str(db),
          "--backend", "ray", "--workers",
          "1", "--quiet"],  # one actor: killed, restarted by Ray, and its unit retried
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    killed = None
-    deadline = time.monotonic() + 300
-    while killed is None and proc.poll() is None and time.monotonic() < deadline:
-        killed = _kill_a_task_worker(psutil, proc.pid, marker)
-        time.sleep(0.5)  # poll until a worker runs a task, or the run ends (psutil scans cost)
-    out, err = proc.communicate(timeout=600)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    killed, seen = None, {}  # seen: process -> the "ip:port"s it listened on
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            _note_listeners(psutil, proc.pid, seen)
+            if killed is None:
+                killed = _kill_a_task_worker(psutil, proc.pid, marker)
+            time.sleep(0.1)  # polling interval, not a wait for an event
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert killed is not None, "no Ray worker was seen running a task"
     assert proc.returncode == 0, err
     with leaderboard.ResultsStore(db) as store:
         assert [tuple(getattr(r, c) for c in RESULT) for r in store.rows()] == plain
+    listeners = "\n".join(f"{name} -> {sorted(addresses)}" for name, addresses in seen.items())
+    # Not vacuous: the cluster's servers and a worker that ran units were seen listening.
+    for name in ("gcs_server", "raylet", "ray::"):
+        assert name in listeners, listeners
+    exposed = {name: sorted(a for a in addresses if not _is_loopback(a.rsplit(":", 1)[0]))
+               for name, addresses in seen.items()}
+    exposed = {name: addresses for name, addresses in exposed.items() if addresses}
+    assert not exposed, f"listening beyond loopback: {exposed}\nall listeners:\n{listeners}"
+
+
+def _note_listeners(psutil, driver_pid: int, seen: dict[str, set[str]]) -> None:
+    """Adds to ``seen`` the listening TCP sockets and unconnected UDP sockets of the driver
+    and every process under it (the GCS server, the raylet, agents, workers)."""
+    try:
+        root = psutil.Process(driver_pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        try:
+            connections = process.net_connections(kind="inet")
+            label = f"{process.pid} {process.name()}: {' '.join(process.cmdline())[:100]}"
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        for c in connections:
+            if c.status == psutil.CONN_LISTEN or (c.type == socket.SOCK_DGRAM and not c.raddr):
+                seen.setdefault(label, set()).add(f"{c.laddr.ip}:{c.laddr.port}")
+
+
+def _is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    if address.version == 6 and address.ipv4_mapped is not None:  # ::ffff:127.0.0.1
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 def _kill_a_task_worker(psutil, driver_pid: int, marker: str) -> int | None:
