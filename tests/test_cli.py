@@ -307,16 +307,49 @@ def test_an_empty_file_stays_empty_after_read_only_commands(tmp_path, capsys, on
     assert path.stat().st_size == 0
 
 
-def test_leaderboard_shows_config_changes_and_json_only_when_verbose(store, capsys):
+def test_leaderboard_fits_the_terminal_and_shows_every_column_when_wide(
+        store, capsys, monkeypatch):
+    """By default the table fits the terminal's width (100 columns where it has none):
+    scores first, each with its standard error in one cell, and a line names what was
+    left out; --wide has every column; --verbose adds each config as JSON."""
+    monkeypatch.setenv("COLUMNS", "100")  # read before the terminal's own width
+    assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 100, out
+    header = next(line for line in out.splitlines() if line.startswith("agent"))
+    assert header.split()[:3] == ["agent", "kl_1", "kl_100"], header
+    mlp = next(line for line in out.splitlines() if line.startswith("mlp"))
+    assert re.match(r"mlp\s+0\.\d+±0\.\d+\s", mlp), mlp  # the best config's kl_1 ± se
+    assert "not shown at this width:" in out and "(--wide shows every column)" in out
+    monkeypatch.setenv("COLUMNS", "250")  # a wide terminal shows the config changes
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store)]) == 0
     out = capsys.readouterr().out
     assert "hidden=20 num_steps=30" in out  # the best mlp config, as --set reads it
-    assert '"num_steps"' not in out and max(map(len, out.splitlines())) < 300
     ghost = next(line for line in out.splitlines() if line.startswith("ghost"))
     assert "(unregistered: see --verbose)" in ghost
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store), "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "kl_1_norm_stderr" in out and "seconds_per_problem" in out and '"num_steps"' not in out
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store), "--verbose"]) == 0
     out = capsys.readouterr().out
     assert '"hidden":[20],' in out and '{"width":3}' in out
+
+
+def test_notes_share_one_line_unless_verbose(store, capsys, monkeypatch):
+    """Published rows fill mlp's and ghost's gaps and more agents join the ranking: several
+    notes, whose briefs share one line; --verbose prints each in full. A single note is
+    printed in full anyway (test_leaderboard_refuses_a_baseline_that_is_nowhere)."""
+    argv = ["leaderboard", "--sweep", "smoke", "--db", str(store), "--with-baselines"]
+    assert cli.main(argv) == 0
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("note: published rows fill "), line
+    assert re.search(r"\((\d+) notes: --verbose shows them in full\)$", line), line
+    count = int(re.search(r"\((\d+) notes", line).group(1))
+    assert cli.main(argv + ["--verbose"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == count >= 2 and all(line.startswith("note: ") for line in err), err
+    assert any("published baseline rows (baselines v1" in line for line in err), err
 
 
 def test_leaderboard_refuses_a_baseline_that_is_nowhere(store, capsys, one_error_line):
@@ -326,7 +359,7 @@ def test_leaderboard_refuses_a_baseline_that_is_nowhere(store, capsys, one_error
     # A registered agent without results is a note, not an error: the table is still shown
     # (--baseline is the option's older name).
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(store),
-                     "--baseline", "ensemble"]) == 0
+                     "--baseline", "ensemble", "--verbose"]) == 0
     assert "note: no ensemble default-config results for this sweep" in capsys.readouterr().err
 
 
@@ -420,8 +453,9 @@ def test_diagnose_names_an_unknown_problem_in_one_line(tmp_path, capsys, no_work
 
 def test_leaderboard_adds_diagnostics_columns_and_names_bad_ones(store, capsys, one_error_line):
     assert cli.main(["leaderboard", "--db", str(store), "--sweep", "smoke", "--metrics",
-                     "ece,aud,rejection_ability"]) == 0
-    header = capsys.readouterr().out.splitlines()[1].split()
+                     "ece,aud,rejection_ability", "--wide"]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines()
+                  if line.startswith("agent")).split()
     assert header[-9:] == ["aud_ood_aleatoric", "aud_ood_aleatoric_stderr", "aud_ood_epistemic",
                            "aud_ood_epistemic_stderr", "aud_ood_total", "aud_ood_total_stderr",
                            "rejection_ability", "rejection_ability_stderr", "changes"]

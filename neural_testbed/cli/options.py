@@ -10,11 +10,12 @@ import argparse
 import dataclasses
 import pathlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from neural_testbed import generative
 from neural_testbed.generative import datasets
+from neural_testbed.leaderboard import notes as notes_lib
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.likelihood import kl
@@ -60,6 +61,10 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                         help="import a module (dotted name or .py file) that registers agents; "
                              "repeatable")
+    common.add_argument("--verbose", action="store_true",
+                        help="every note in full (by default their briefs share one line); "
+                             "in `leaderboard`, also every column and each chosen config as "
+                             "JSON")
     return common
 
 
@@ -180,6 +185,17 @@ def groups() -> Groups:
     """A fresh set of the option groups, for one top-level parser."""
     return Groups(_common(), _db(), _sweep(), _compute(), _scale(), _one_agent(), _fmt(),
                   _study())
+
+
+def print_notes(args, notes: Sequence[str], stream: IO[str] | None = None) -> None:
+    """A command's notes (on stderr unless ``stream``): in full with --verbose or where
+    there is one, else their briefs on one line (:func:`notes.one_line`)."""
+    stream = stream or sys.stderr
+    if len(notes) > 1 and not getattr(args, "verbose", False):
+        print(notes_lib.one_line(notes), file=stream)
+        return
+    for note in notes:
+        print(f"note: {note}", file=stream)
 
 
 def notes_stream(args, text_format: str = "table") -> IO[str]:

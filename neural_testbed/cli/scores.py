@@ -4,7 +4,7 @@ stored rows (and the published baseline results)."""
 from __future__ import annotations
 
 import pathlib
-import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,7 +12,7 @@ import jax
 
 from neural_testbed import base
 from neural_testbed.agents import registry
-from neural_testbed.cli import checks, figures, options
+from neural_testbed.cli import checks, figures, options, tables
 from neural_testbed.diagnostics import report as diagnostics_report
 from neural_testbed.leaderboard import configs, correlation, counted, scoring, studies
 from neural_testbed.leaderboard import problems as problems_lib
@@ -53,9 +53,9 @@ def _add_leaderboard(commands, g: options.Groups) -> None:
     parser.add_argument("--rules", default="ours", choices=list(scoring.RULES),
                         help="; ".join(f"{k}: {v}" for k, v in scoring.RULES.items())
                         + " (default: ours)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="also show each chosen config as JSON (by default a row shows the "
-                             "config's hash and the fields that differ from the agent's default)")
+    parser.add_argument("--wide", action="store_true",
+                        help="every column, each standard error in its own (by default the "
+                             "terminal table shows what fits the terminal's width)")
     parser.add_argument("--metrics", default="", metavar="NAME,...",
                         help="add columns of diagnostics (means over the problems that have "
                              "them, from each problem's smallest tau, with stratified standard "
@@ -161,28 +161,15 @@ def _add_correlate(commands, g: options.Groups) -> None:
     parser.set_defaults(handler=correlate)
 
 
-def _counted(rows: list[store_lib.StoredRow], problems: Mapping[str, Any],
-             published_agents: Sequence[str] | None = ()) -> list[store_lib.StoredRow]:
-    """The rows that count on ``problems`` (:func:`counted.counted_rows`: the store's,
-    and the published rows of ``published_agents`` where the store lacks them); its
-    notes go to stderr."""
-    rows, notes = counted.counted_rows(rows, problems, published_agents)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-    return rows
-
-
 def _study_metrics(args, names: Sequence[str], problems: Mapping[str, Any]):
     """The per-problem values of the study metrics among ``names`` (see
-    :func:`studies.per_problem_metrics`), or None where none is asked for."""
+    :func:`studies.per_problem_metrics`) and notes, or None and no notes where none is
+    asked for."""
     if not set(names) & set(studies.METRICS):
-        return None
+        return None, []
     with store_lib.ResultsStore(args.db, create=False) as store:
         records = store.studies()
-    values, notes = studies.per_problem_metrics(records, problems)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-    return values
+    return studies.per_problem_metrics(records, problems)
 
 
 def _board_metrics(text: str) -> list[str]:
@@ -205,36 +192,67 @@ def _config_changes(agent: str, config: str) -> str:
 def leaderboard(args) -> int:
     """`leaderboard`: every agent's chosen config, scored on the sweep."""
     problems = options.sweep_problems(args)
-    rows = _counted(store_lib.rows_to_score(args.db, args.with_baselines), problems,
-                    None if args.with_baselines else ())
+    rows, notes = counted.counted_rows(store_lib.rows_to_score(args.db, args.with_baselines),
+                                       problems, None if args.with_baselines else ())
     normaliser = args.normalise_by or scoring.default_normaliser(problems)
     if normaliser not in registry.AGENTS:  # a registered agent may simply have no rows
         checks.agent_in_store(normaliser, rows, args.db, "--normalise-by")
     metrics = _board_metrics(args.metrics)
+    study_values, study_notes = _study_metrics(args, metrics, problems)
     records, warnings = scoring.score_agents(rows, problems, args.tuning, normaliser,
-                                             args.selection,
-                                             _study_metrics(args, metrics, problems),
-                                             rules=args.rules)
+                                             args.selection, study_values, rules=args.rules)
     if not records:
         raise store_lib.StoreError(f"{args.db!r} has no successful results for the "
                                    f"{args.sweep!r} sweep")
-    for warning in warnings:
-        print(f"note: {warning}", file=sys.stderr)
+    options.print_notes(args, [*notes, *study_notes, *warnings])
     # On stdout only for the terminal table: CSV and Markdown carry a selection column.
-    print(f"tuning: {args.tuning}; selection: {args.selection}: "
-          f"{scoring.SELECTIONS[args.selection]}; rules: {args.rules}: "
-          f"{scoring.RULES[args.rules]}", file=options.notes_stream(args))
+    print(textwrap.fill(f"tuning: {args.tuning}; selection: {args.selection}: "
+                        f"{scoring.SELECTIONS[args.selection]}; rules: {args.rules}: "
+                        f"{scoring.RULES[args.rules]}", tables.width(),
+                        subsequent_indent="  "), file=options.notes_stream(args))
     for record in records:
         record["changes"] = _config_changes(record["agent"], record["config"])
         for name in metrics:  # a study metric with no record stored for any agent
             record.setdefault(name, float("nan"))
             record.setdefault(f"{name}_stderr", float("nan"))
     loss = records[0]["metric"]  # the columns say which: kl_1 or nll_1
-    board = _board_columns(loss, sorted({t for p in problems.values() for t in p.taus}))
+    taus = sorted({t for p in problems.values() for t in p.taus})
+    if args.format == "table" and not (args.wide or args.verbose):
+        _print_fitted_board(records, loss, taus, metrics, normaliser)
+        return 0
+    board = _board_columns(loss, taus)
     columns = (board[:-1] + tuple(c for m in metrics for c in (m, f"{m}_stderr"))
                + board[-1:] + (("config",) if args.verbose else ()))
     print(scoring.format_records(records, args.format, columns))
     return 0
+
+
+def _print_fitted_board(records: Sequence[dict[str, Any]], loss: str, taus: Sequence[int],
+                        metrics: Sequence[str], normaliser: str) -> None:
+    """The leaderboard as a terminal shows it by default: each value with its standard
+    error in one cell, the columns that fit the terminal's width (by priority: scores,
+    then coverage and health, then the rest), and the names of those left out."""
+    def with_errors(name):
+        return [tables.plus_minus(r.get(name), r.get(f"{name}_stderr")) for r in records]
+
+    columns = [("agent", tables.cells(records, "agent"), 0)]
+    columns += [(f"{loss}_{tau}", with_errors(f"{loss}_{tau}"), 1) for tau in taus]
+    columns += [(f"{loss}_{tau}_norm", with_errors(f"{loss}_{tau}_norm"), 4) for tau in taus]
+    columns += [(m, with_errors(m), 4) for m in metrics]
+    columns += [("source", tables.cells(records, "source"), 5),
+                ("problems", [f"{r['problems']}/{r['of']}" for r in records], 3),
+                ("health", tables.cells(records, "health"), 6),
+                ("flag", tables.cells(records, "flag"), 2),
+                ("changes", [tables.truncated(c, 30) for c in tables.cells(records, "changes")],
+                 7)]
+    columns += [(c, tables.cells(records, c), 8) for c in
+                (f"{loss}_agg", "accuracy", "ece", "seconds_per_problem", "config_hash")]
+    table, left_out = tables.fitted(columns, tables.width())
+    print(table)
+    legend = (f"cells: mean±standard error; {loss}_<tau>_norm: divided by {normaliser}'s "
+              "default config" + (f"; not shown at this width: {', '.join(left_out)} (--wide "
+                                  "shows every column)" if left_out else ""))
+    print(textwrap.fill(legend, tables.width()))
 
 
 def _print_pooled(args, pooled: list[dict[str, Any]], what: str, diff: str,
@@ -295,15 +313,17 @@ def compare(args) -> int:
     baseline_names = args.baseline or ["mlp"]
     rows = store_lib.rows_to_score(args.db)  # the store alone: no agent need be registered
     checks.agent_in_store(args.agent, rows, args.db, "--agent")
-    rows = _counted(rows, problems, baseline_names)
+    rows, notes = counted.counted_rows(rows, problems, baseline_names)
     have = {r.agent for r in rows}
     for name in baseline_names:
         if name not in have:
             raise ValueError(f"--baseline {name!r}: neither {args.db!r} nor the published "
                              f"baseline results have rows of it on the {args.sweep} sweep "
                              f"(run `neural-testbed run --agent {name} --sweep {args.sweep}`)")
+    study_values, study_notes = _study_metrics(args, [args.metric], problems)
+    options.print_notes(args, [*notes, *study_notes])
     records = scoring.compare_agents(rows, problems, args.agent, baseline_names, args.selection,
-                                     args.metric, _study_metrics(args, [args.metric], problems))
+                                     args.metric, study_values)
     print(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}",
           file=options.notes_stream(args))
     if args.format != "table":
@@ -348,8 +368,10 @@ def plot(args) -> int:
     checks.output_dir(args.out, "--out")
     problems = options.sweep_problems(args)
     real = problems_lib.get_sweep(args.real_sweep) if args.real_sweep else {}
-    rows = _counted(store_lib.rows_to_score(args.db, args.with_baselines), {**problems, **real},
-                    None if args.with_baselines else ())
+    rows, notes = counted.counted_rows(store_lib.rows_to_score(args.db, args.with_baselines),
+                                       {**problems, **real},
+                                       None if args.with_baselines else ())
+    options.print_notes(args, notes)
     figure5 = _figure5(args, rows)
     records = _testbed_vs_real(args, rows, problems, real)
     out = pathlib.Path(args.out)
@@ -380,7 +402,8 @@ def correlate(args) -> int:
     rows = store_lib.rows_to_score(args.db)
     for name in agents:
         checks.agent_in_store(name, rows, args.db, "--agent")
-    rows = _counted(rows, {**synthetic, **real})
+    rows, notes = counted.counted_rows(rows, {**synthetic, **real})
+    options.print_notes(args, notes)
     records = correlation.correlate(rows, synthetic, real, agents, args.baseline,
                                     num_bootstrap=args.num_bootstrap, seed=0)
     notes = options.notes_stream(args)

@@ -284,8 +284,7 @@ def xll(args) -> int:
     out = options.notes_stream(args)
     print(f"sweep: {args.sweep}; " + xll_scores.describe(len(agents), args.batch_size),
           file=out)
-    for note in notes:
-        print(f"note: {note}", file=out)
+    options.print_notes(args, notes, out)
     print(scoring.format_records(records, args.format, xll_scores.COLUMNS))
     return 0
 

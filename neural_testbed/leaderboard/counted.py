@@ -33,6 +33,7 @@ from neural_testbed import base
 from neural_testbed.agents import registry
 from neural_testbed.leaderboard import baselines as baselines_lib
 from neural_testbed.leaderboard import configs as configs_lib
+from neural_testbed.leaderboard.notes import Note
 from neural_testbed.leaderboard.store import StoredRow
 
 __all__ = ["counted_rows", "default_hashes"]
@@ -67,7 +68,7 @@ def counted_rows(rows: Iterable[StoredRow], problems: Mapping[str, Any],
       The rows (local first, then published; each says its ``source``) and one-line
       notes on what was left out or filled in.
     """
-    notes: list[str] = []
+    notes: list[Note] = []
     local, foreign = [], {}
     for r in rows:
         problem = problems.get(r.problem_id)
@@ -80,17 +81,19 @@ def counted_rows(rows: Iterable[StoredRow], problems: Mapping[str, Any],
             foreign[r.problem_id] += 1
     if foreign:
         example = min(foreign)
-        notes.append(f"{sum(foreign.values())} stored rows under {len(foreign)} problem ids of "
-                     f"this sweep evaluated other data or another problem definition (e.g. "
-                     f"{example}: an edited or another data file of that name, or rows of an "
-                     "older store) and are left out")
+        notes.append(Note(f"{sum(foreign.values())} stored rows under {len(foreign)} problem "
+                          f"ids of this sweep evaluated other data or another problem "
+                          f"definition (e.g. {example}: an edited or another data file of that "
+                          "name, or rows of an older store) and are left out",
+                          f"{sum(foreign.values())} stored rows of other data left out"))
     if published_agents is not None and not published_agents:
         return local, notes
     published = published or baselines_lib.load()
     agents = (sorted({r.agent for r in published.rows}) if published_agents is None
               else list(published_agents))
     extra, stale = baselines_lib.rows_for(published, agents, problems)
-    notes += [f"published baselines: {note}" for note in stale]
+    notes += [Note(f"published baselines: {note}", "some published rows not used")
+              for note in stale]
     extra = [r for r in extra if _evaluates(r, problems[r.problem_id])]
     defaults = default_hashes(agents)
     by_problem: dict[tuple[str, str], list[StoredRow]] = {}
@@ -116,13 +119,17 @@ def counted_rows(rows: Iterable[StoredRow], problems: Mapping[str, Any],
         aside = {id(r) for r in set_aside}
         local = [r for r in local if id(r) not in aside]
         names = sorted({r.agent for r in set_aside})
-        notes.append(f"{len(set_aside)} stored rows of {', '.join(names)}'s default config "
-                     "cover only some taus of a problem, or were computed by another version, "
-                     "where published rows exist: the published rows are used for those "
-                     "problems, not mixed with them")
+        notes.append(Note(f"{len(set_aside)} stored rows of {', '.join(names)}'s default "
+                          "config cover only some taus of a problem, or were computed by "
+                          "another version, where published rows exist: the published rows "
+                          "are used for those problems, not mixed with them",
+                          f"{len(set_aside)} stored default-config rows set aside for "
+                          "published ones"))
     if filled:
         where = published.describe(sorted(filled), problems)
         counts = ", ".join(f"{name} {count}" for name, count in sorted(filled.items()))
-        notes.append(f"published baseline rows ({where}) fill problems your store lacks "
-                     f"(marked published): {counts} of {len(problems)}")
+        notes.append(Note(f"published baseline rows ({where}) fill problems your store lacks "
+                          f"(marked published): {counts} of {len(problems)}",
+                          f"published rows fill {len(filled)} agents' problems (source "
+                          "column)"))
     return local + kept, notes

@@ -28,6 +28,7 @@ from typing import Any
 
 from neural_testbed import base
 from neural_testbed.diagnostics import report as diagnostics_report
+from neural_testbed.leaderboard.notes import Note
 from neural_testbed.leaderboard.store import StoredRow
 
 __all__ = [
@@ -381,12 +382,14 @@ def score_agents(
         base = {pid: s for pid, s in scores[default].items() if pid in halves[1]}
     elif baseline in tuned and baseline not in defaults:
         base = tuned[baseline][0]
-        warnings.append(f"{baseline} is not a registered agent here, so its default config is "
-                        "unknown: KL is normalised by its tuned config")
+        warnings.append(Note(f"{baseline} is not a registered agent here, so its default "
+                             "config is unknown: KL is normalised by its tuned config",
+                             f"normalised by {baseline}'s tuned config"))
     if not base:
-        warnings.append(f"no {baseline} default-config results for this sweep, so KL is not "
-                        f"normalised; run `neural-testbed run --agent {baseline}` (or "
-                        "`leaderboard --with-baselines`) to add them")
+        warnings.append(Note(f"no {baseline} default-config results for this sweep, so KL is "
+                             f"not normalised; run `neural-testbed run --agent {baseline}` (or "
+                             "`leaderboard --with-baselines`) to add them",
+                             f"not normalised (no {baseline} default-config rows)"))
     if rules not in RULES:
         raise ValueError(f"unknown rules {rules!r}; allowed: {', '.join(RULES)}")
     records = []
@@ -429,8 +432,10 @@ def score_agents(
     lonely = [r["agent"] for r in records
               if r["problems"] and any(math.isnan(r[f"{metric}_{tau}_stderr"]) for tau in taus)]
     if lonely:
-        warnings.append(f"standard errors are n/a for {', '.join(lonely)}: some (temperature, "
-                        "T) setting has a single scored problem, so no variance estimate")
+        warnings.append(Note(f"standard errors are n/a for {', '.join(lonely)}: some "
+                             "(temperature, T) setting has a single scored problem, so no "
+                             "variance estimate", f"standard errors n/a for {len(lonely)} "
+                             "agents"))
     return records, warnings
 
 
@@ -498,7 +503,7 @@ def _label(agent: str, source: str, extra_default: bool) -> str:
 
 
 def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int],
-                 metric: str) -> list[str]:
+                 metric: str) -> list[Note]:
     """Warnings for neighbours in the ranking whose mean KLs differ by less than the larger
     of their standard errors at some tau: their order there is noise."""
     notes = []
@@ -507,10 +512,11 @@ def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int],
                  if abs(upper[f"{metric}_{tau}"] - lower[f"{metric}_{tau}"])
                  < max(upper[f"{metric}_{tau}_stderr"], lower[f"{metric}_{tau}_stderr"])]
         if close:
-            notes.append(f"{upper['label']} and {lower['label']} differ by less than a standard "
-                         f"error at tau = {', '.join(map(str, close))}: their order there is "
-                         f"not meaningful (`compare --agent {lower['agent']} --baseline "
-                         f"{upper['agent']}` tests it on paired problems)")
+            notes.append(Note(f"{upper['label']} and {lower['label']} differ by less than a "
+                              f"standard error at tau = {', '.join(map(str, close))}: their "
+                              f"order there is not meaningful (`compare --agent "
+                              f"{lower['agent']} --baseline {upper['agent']}` tests it on "
+                              "paired problems)", "neighbours within a standard error"))
     return notes
 
 

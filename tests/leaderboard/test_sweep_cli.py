@@ -114,7 +114,7 @@ def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
      (["leaderboard", "--db", "corrupt.db"], "is not a usable neural-testbed results store"),
      (["leaderboard", "--db", "empty.db"], "holds no results yet"),
      (["leaderboard", "--db", "ref.db", "--sweep", "paper", "--baseline", "ensemble"],
-      "note: no ensemble default-config results for this sweep"),
+      "note: not normalised (no ensemble default-config rows)"),
      (["leaderboard", "--db", "ref.db", "--baseline", "nope"],
       "--normalise-by 'nope': no such agent"),
      (["sweep", "--agent", "nope", "--db", "x.db"], "unknown agent 'nope'"),
