@@ -144,6 +144,14 @@ def pytest_xdist_auto_num_workers(config):
     return _usable_cores() + 1
 
 
+@pytest.fixture(autouse=True)
+def terminal_width(monkeypatch):
+    """Every test's commands see a 100-column terminal, the width where there is none
+    (pytest-xdist's workers set ``COLUMNS=80``): tables and wrapped lines come out the
+    same in any test process."""
+    monkeypatch.setenv("COLUMNS", "100")
+
+
 @pytest.fixture
 def optimised_compiles():
     """Compile with XLA's optimisations on for one test: for the few tests whose time is in

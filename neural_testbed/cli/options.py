@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from neural_testbed import generative
+from neural_testbed.cli import tables
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import notes as notes_lib
 from neural_testbed.leaderboard import problems as problems_lib
@@ -189,9 +190,12 @@ def groups() -> Groups:
 
 def print_notes(args, notes: Sequence[str], stream: IO[str] | None = None) -> None:
     """A command's notes (on stderr unless ``stream``): in full with --verbose or where
-    there is one, else their briefs on one line (:func:`notes.one_line`)."""
+    there is one that fits the terminal's width, else their briefs on one line
+    (:func:`notes.one_line`)."""
     stream = stream or sys.stderr
-    if len(notes) > 1 and not getattr(args, "verbose", False):
+    whole = getattr(args, "verbose", False) or (
+        len(notes) == 1 and len(f"note: {notes[0]}") <= tables.width())
+    if notes and not whole:
         print(notes_lib.one_line(notes), file=stream)
         return
     for note in notes:

@@ -258,32 +258,36 @@ def _print_fitted_board(records: Sequence[dict[str, Any]], loss: str, taus: Sequ
 def _print_pooled(args, pooled: list[dict[str, Any]], what: str, diff: str,
                   taus: tuple[str, ...], where: str) -> None:
     """The pooled comparisons, with a note where a difference is within its error."""
-    print(f"{args.agent} - baseline{what}, pooled over the {args.sweep} sweep (stratified by "
-          "(temperature, T); two-sided t-test, df = pairs - settings):")
-    print(scoring.format_records(pooled, "table", ("baseline", "source", *taus, diff, "stderr",
-                                                   "p_value", "pairs", "df", "verdict", "flag")))
+    print(textwrap.fill(f"{args.agent} - baseline{what}, pooled over the {args.sweep} sweep "
+                        "(stratified by (temperature, T); two-sided t-test, df = pairs - "
+                        "settings):", tables.width()))
+    print(tables.fitted_records(pooled, ("baseline", "source", *taus, diff, "stderr",
+                                         "p_value", "pairs", "df", "verdict", "flag")))
     for r in pooled:
         if abs(r[diff]) < r["stderr"]:
-            print(f"note: {where.format(tau=r.get('tau'))}{args.agent} and {r['baseline']} "
-                  f"differ by less than one standard error ({r[diff]:.4g} vs "
-                  f"{r['stderr']:.4g}): more problems or seeds are needed to order them")
+            print(textwrap.fill(f"note: {where.format(tau=r.get('tau'))}{args.agent} and "
+                                f"{r['baseline']} differ by less than one standard error "
+                                f"({r[diff]:.4g} vs {r['stderr']:.4g}): more problems or "
+                                "seeds are needed to order them", tables.width(),
+                                subsequent_indent="  "))
 
 
 def _print_cells(args, cells: list[dict[str, Any]], baseline_names: Sequence[str], diff: str,
                  taus: tuple[str, ...], cell: str) -> None:
     """The comparisons per setting, and per baseline the count of significant ones."""
-    print(f"\n{args.agent} - baseline per (temperature, T) (paired t-test, df = pairs - 1):")
+    print("\n" + textwrap.fill(f"{args.agent} - baseline per (temperature, T) (paired t-test, "
+                               "df = pairs - 1):", tables.width()))
     by_dim = ("input_dim",) if any("input_dim" in r for r in cells) else ()
-    print(scoring.format_records(cells, "table", ("baseline", "source", *by_dim, "temperature",
-                                                  "num_train", *taus,
-                                                  diff, "stderr", "p_value", "pairs",
-                                                  "verdict", "flag")))
+    print(tables.fitted_records(cells, ("baseline", "source", *by_dim, "temperature",
+                                        "num_train", *taus, diff, "stderr", "p_value", "pairs",
+                                        "verdict", "flag")))
     for name in baseline_names:
         mine = [r for r in cells if r["baseline"] == name]
         better = sum(r["verdict"] == "better" for r in mine)
         worse = sum(r["verdict"] == "worse" for r in mine)
-        print(f"{args.agent} vs {name}: significantly better in {better}, worse in {worse} "
-              f"of {len(mine)} {cell} cells (paired t-test, 5%)")
+        print(textwrap.fill(f"{args.agent} vs {name}: significantly better in {better}, "
+                            f"worse in {worse} of {len(mine)} {cell} cells (paired t-test, 5%)",
+                            tables.width()))
 
 
 def _print_comparison(args, records: list[dict[str, Any]],
@@ -324,8 +328,8 @@ def compare(args) -> int:
     options.print_notes(args, [*notes, *study_notes])
     records = scoring.compare_agents(rows, problems, args.agent, baseline_names, args.selection,
                                      args.metric, study_values)
-    print(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}",
-          file=options.notes_stream(args))
+    print(textwrap.fill(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}",
+                        tables.width()), file=options.notes_stream(args))
     if args.format != "table":
         print(scoring.format_records(records, args.format))
     else:

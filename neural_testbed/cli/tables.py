@@ -12,7 +12,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_WIDTH", "cells", "fitted", "plus_minus", "truncated", "width"]
+__all__ = ["DEFAULT_WIDTH", "cells", "fitted", "fitted_records", "plus_minus", "truncated",
+           "width"]
 
 DEFAULT_WIDTH = 100  # where no terminal says its width (a pipe, a file)
 
@@ -68,3 +69,12 @@ def cells(records: Sequence[Mapping[str, Any]], name: str) -> list[str]:
         out.append("" if value is None else ("n/a" if isinstance(value, float) and math.isnan(
             value) else f"{value:.4g}" if isinstance(value, float) else str(value)))
     return out
+
+
+def fitted_records(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """``records`` as a terminal table of ``columns`` that fits the terminal (those on the
+    right go first), with a line naming any left out."""
+    table, left_out = fitted([(c, cells(records, c), i) for i, c in enumerate(columns)],
+                             width())
+    return table + (f"\n(not shown at this width: {', '.join(left_out)}; --format csv has "
+                    "every column)" if left_out else "")

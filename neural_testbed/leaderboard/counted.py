@@ -130,6 +130,6 @@ def counted_rows(rows: Iterable[StoredRow], problems: Mapping[str, Any],
         counts = ", ".join(f"{name} {count}" for name, count in sorted(filled.items()))
         notes.append(Note(f"published baseline rows ({where}) fill problems your store lacks "
                           f"(marked published): {counts} of {len(problems)}",
-                          f"published rows fill {len(filled)} agents' problems (source "
-                          "column)"))
+                          f"published rows fill gaps of {len(filled)} "
+                          f"agent{'s' if len(filled) > 1 else ''} (source column)"))
     return local + kept, notes

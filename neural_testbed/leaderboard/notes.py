@@ -31,4 +31,6 @@ def one_line(notes: Sequence[str]) -> str:
     and how to see them in full."""
     counts = Counter(getattr(note, "brief", note) for note in notes)
     briefs = [brief if n == 1 else f"{brief} (x{n})" for brief, n in counts.items()]
-    return (f"note: {'; '.join(briefs)} ({len(notes)} notes: --verbose shows them in full)")
+    what = "1 note: --verbose shows it" if len(notes) == 1 else (
+        f"{len(notes)} notes: --verbose shows them")
+    return f"note: {'; '.join(briefs)} ({what} in full)"

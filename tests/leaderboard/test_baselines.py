@@ -166,7 +166,7 @@ def test_reproduce_accepts_rows_that_moved_with_training_only_if_they_agree_on_a
 def test_leaderboard_with_baselines_works_without_a_store(published, tmp_path, capsys):
     db = tmp_path / "none.db"
     assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(db), "--with-baselines",
-                     "--format", "csv"]) == 0
+                     "--format", "csv", "--verbose"]) == 0  # the note in full
     out, err = capsys.readouterr()
     assert out.splitlines()[1].startswith("mlp,")
     assert "published baseline rows (baselines v1, neural-testbed 0.1.0" in err
@@ -181,6 +181,10 @@ def test_compare_takes_a_missing_baseline_from_the_published_rows(published, mlp
     with store.ResultsStore(db) as results:  # "mine": mlp's rows, a little worse
         results.merge([dataclasses.replace(r, agent="mine", kl=r.kl * 1.5) for r in mlp_rows])
     assert cli.main(["compare", "--agent", "mine", "--sweep", "smoke", "--db", db]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith("note: published rows fill gaps of 1 agent (source column)"), err
+    assert cli.main(["compare", "--agent", "mine", "--sweep", "smoke", "--db", db,
+                     "--verbose"]) == 0
     out, err = capsys.readouterr()
     assert "(marked published): mlp 4 of 4" in err
     assert "mine vs mlp:" in out
