@@ -1,10 +1,10 @@
-"""`merge` and `export`: whole stores combined, or written out as CSV."""
+"""`merge` and `export`: whole stores combined, or written out as CSV or Parquet."""
 
 from __future__ import annotations
 
 from neural_testbed.cli import checks, options
+from neural_testbed.leaderboard import frames, studies
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.leaderboard import studies
 
 
 def _add_merge(commands, g: options.Groups) -> None:
@@ -23,12 +23,17 @@ def _add_merge(commands, g: options.Groups) -> None:
 def _add_export(commands, g: options.Groups) -> None:
     parser = commands.add_parser(
         "export", parents=[g.common, g.db],
-        help="write every stored row (or study result) to a CSV file",
-        description="Write every stored row to a CSV file (the predictives kept for `xll` "
+        help="write every stored row (or study result) to a CSV or Parquet file",
+        description="Write every stored row to a CSV or Parquet file (the predictives kept for `xll` "
                     "are binary and are not exported; `merge` carries them), or with --table "
                     "studies the results of `tal` and `probe`, one value per line. For "
                     f"spreadsheets, {options.SPREADSHEET_NOTE}.")
-    parser.add_argument("-o", "--output", required=True, metavar="CSV", help="the CSV file")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="the file to write")
+    parser.add_argument("--format", default="csv", choices=["csv", "parquet"],
+                        help="csv (default), or parquet (typed columns, for pandas, polars "
+                             "or DuckDB; needs pyarrow: pip install "
+                             "'neural-testbed[analysis]')")
     parser.add_argument("--table", default="rows", choices=["rows", "studies"],
                         help="rows (default): one line per stored row; studies: one line per "
                              "value of the stored tal and probe results, columns "
@@ -51,10 +56,21 @@ def merge(args) -> int:
 
 
 def export(args) -> int:
-    """`export`: every stored row, or every study value, to a CSV file."""
+    """`export`: every stored row, or every study value, to a CSV or Parquet file."""
     checks.output_file(args.output, "-o")
+    if args.format == "parquet":
+        try:
+            frames.parquet_engine()  # before any work
+        except ImportError as error:
+            raise ValueError(f"--format parquet: {error}") from None
     with store_lib.ResultsStore(args.db, create=False) as store:
-        if args.table == "rows":
+        if args.format == "parquet" and args.table == "rows":
+            count = frames.write_parquet([r.record() for r in store.rows()], store_lib.COLUMNS,
+                                         args.output)
+        elif args.format == "parquet":
+            count = frames.write_parquet(studies.long_records(store.studies()),
+                                         studies.LONG_COLUMNS, args.output)
+        elif args.table == "rows":
             count = store.to_csv(args.output, spreadsheet_safe=True)
         else:
             count = studies.write_long_csv(store.studies(), args.output)

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from neural_testbed import outputs
 from neural_testbed.diagnostics import report
-from neural_testbed.leaderboard import counted, scoring, studies
+from neural_testbed.leaderboard import baselines, counted, scoring, studies
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
 
-__all__ = ["compare_frame", "leaderboard_frame", "results_frame", "studies_frame"]
+__all__ = ["compare_frame", "leaderboard_frame", "parquet_engine", "results_frame",
+           "studies_frame", "write_parquet"]
 
 
 def _pandas():
@@ -25,6 +28,29 @@ def _pandas():
         raise ImportError("these functions return pandas DataFrames: install pandas, e.g. "
                           "pip install 'neural-testbed[analysis]'") from None
     return pandas
+
+
+def parquet_engine():
+    """pandas, where pyarrow is there to write Parquet with; else an error that says what
+    to install (checked before a command does any work)."""
+    pandas = _pandas()
+    try:
+        import pyarrow  # noqa: F401  (pandas' Parquet engine)
+    except ImportError:
+        raise ImportError("Parquet files are written with pyarrow: install it, e.g. pip "
+                          "install 'neural-testbed[analysis]'") from None
+    return pandas
+
+
+def write_parquet(records: Sequence[Mapping[str, Any]], columns: Sequence[str],
+                  path: str) -> int:
+    """Writes ``records`` (``columns``, in order) to a Parquet file, whole or not at all
+    (:func:`outputs.written_whole`); returns the count. Text stays text: no spreadsheet
+    quoting, since nothing runs a Parquet cell as a formula."""
+    frame = parquet_engine().DataFrame(list(records), columns=list(columns))
+    with outputs.written_whole(path, "wb") as file:
+        frame.to_parquet(file, index=False)
+    return len(frame)
 
 
 def _rows(db: str) -> list[store_lib.StoredRow]:
@@ -39,12 +65,21 @@ def _study_values(db: str, problems):
     return studies.per_problem_metrics(records, problems)[0]
 
 
-def results_frame(db: str = store_lib.DEFAULT_DB):
-    """Every stored row, one column per store field, then one per diagnostics scalar
-    (:data:`neural_testbed.diagnostics.report.ROW_METRICS`; NaN where a row has none). The
-    binned curves stay in the ``diagnostics`` JSON column."""
-    rows = _rows(db)
+def results_frame(db: str = store_lib.DEFAULT_DB, with_baselines: bool = False):
+    """Every stored row, one column per store field, then ``source`` (``local``), then one
+    per diagnostics scalar (:data:`neural_testbed.diagnostics.report.ROW_METRICS`; NaN
+    where a row has none). The binned curves stay in the ``diagnostics`` JSON column.
+
+    With ``with_baselines``, the published baseline rows shipped with the package follow,
+    every one of them, marked ``source == "published"`` (they are not merged with the
+    store's: filter on ``source`` to keep them apart); a missing store is then no rows of
+    its own.
+    """
+    rows = store_lib.rows_to_score(db, with_baselines) if with_baselines else _rows(db)
+    if with_baselines:
+        rows += list(baselines.load().rows)
     frame = _pandas().DataFrame([r.record() for r in rows], columns=list(store_lib.COLUMNS))
+    frame["source"] = [r.source for r in rows]
     records = [json.loads(r.diagnostics) if r.diagnostics else {} for r in rows]
     for name in report.ROW_METRICS:
         frame[name] = [math.nan if rec.get(name) is None else rec[name] for rec in records]
