@@ -428,8 +428,9 @@ def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsy
     text = capsys.readouterr().out
     for name in (*diagnostics.METRICS, "tau=10 (monte_carlo)", "d_KL"):
         assert name in text, name
-    assert sorted(p.name for p in out.iterdir()) == ["rejection.png", "reliability.png",
-                                                     "upds.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"{name}.{kind}" for name in ("rejection", "reliability", "upds")
+        for kind in ("pdf", "png")]  # each figure as a PNG and a PDF
     with leaderboard.ResultsStore(db, create=False) as store:
         rows = store.rows()
     assert sorted((r.tau, r.estimator) for r in rows) == [

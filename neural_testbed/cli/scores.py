@@ -110,14 +110,15 @@ def _add_compare(commands, g: options.Groups) -> None:
 def _add_plot(commands, g: options.Groups) -> None:
     parser = commands.add_parser(
         "plot", parents=[g.common, g.db, g.sweep],
-        help="save the paper's figures as PNG files",
+        help="save the paper's figures as PNG and PDF files",
         description="Save Figure 2 (normalised KL per agent), Figures 8/9 (KL against T, "
                     "tau = 1 and 100), Figure 10 (normalised KL against time) from the store, "
                     "and Figure 7 (ensemble+ prior functions against mlp) where the store "
                     "holds ensemble+ configs with two or more prior functions; "
                     "with --agent and --problem, also Figure 5 (the environment beside 4 "
                     "sampled members of the agent).")
-    parser.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="directory for the figures (each a PNG and a PDF beside it)")
     parser.add_argument("--agent", help="agent for Figure 5 (trained with its default config)")
     parser.add_argument("--problem", default="classification_2d/97",
                         help="problem id for Figure 5 (default: classification_2d/97, "
@@ -367,7 +368,7 @@ def _testbed_vs_real(args, rows, problems, real):
 
 
 def plot(args) -> int:
-    """`plot`: the paper's figures from the store, as PNG files in --out."""
+    """`plot`: the paper's figures from the store, as PNG and PDF files in --out."""
     plots = figures.load("leaderboard")
     checks.output_dir(args.out, "--out")
     problems = options.sweep_problems(args)
@@ -390,7 +391,7 @@ def plot(args) -> int:
         paths.append(plots.figure_agent_samples(jax.random.key(0), agent, problem,
                                                 out / "figure5.png"))
     for path in paths:
-        print(f"wrote {path}")
+        print(f"wrote {path} (and {path.with_suffix('.pdf').name})")
     return 0
 
 

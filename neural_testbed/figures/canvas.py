@@ -1,5 +1,6 @@
 """The canvas every figure is drawn on: a :class:`matplotlib.figure.Figure` on its own
-Agg canvas, not through ``pyplot``, saved as a PNG at one fixed DPI.
+Agg canvas, not through ``pyplot``, saved as a PNG at one fixed DPI with a PDF beside it
+(vector, for a paper), and the labels' mathematics in mathtext (:func:`math_label`).
 
 No figure changes the process-wide backend or pyplot state, so figures work
 headless (no display) and leave a user's interactive session alone; with one DPI
@@ -23,9 +24,21 @@ except ImportError as error:  # matplotlib is only needed for figures
 
 from neural_testbed import outputs
 
-__all__ = ["DPI", "new_figure", "save_figure"]
+__all__ = ["DPI", "PNG_DPI", "loss_label", "new_figure", "save_figure", "tau_label"]
 
-DPI = 100
+DPI = 100  # the layout's dots per inch (fonts and lines are in points whatever it is)
+PNG_DPI = 200  # the PNG's pixels per inch: sharp on a screen and in slides
+
+
+def loss_label(tau: int | str, loss: str = "kl") -> str:
+    """``d_KL^tau`` (or ``NLL^tau``) in mathtext."""
+    name = r"d_{\mathrm{KL}}" if loss == "kl" else r"\mathrm{NLL}"
+    return f"${name}^{{{tau}}}$"
+
+
+def tau_label(tau: int) -> str:
+    r"""``$\tau = 10$``."""
+    return f"$\\tau = {tau}$"
 
 
 def new_figure(figsize: tuple[float, float]) -> Figure:
@@ -36,10 +49,13 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
 
 
 def save_figure(figure: Figure, path: str | os.PathLike) -> pathlib.Path:
-    """Writes ``figure`` as a PNG at the fixed DPI (its folder made if missing), whole or
-    not at all (see :func:`outputs.written_whole`)."""
+    """Writes ``figure`` as a PNG at :data:`PNG_DPI` to ``path`` and as a PDF beside it
+    (the same name, ``.pdf``), its folder made if missing, each whole or not at all (see
+    :func:`outputs.written_whole`); returns the PNG's path."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with outputs.written_whole(path, "wb") as file:
-        figure.savefig(file, dpi=DPI, format="png")
+        figure.savefig(file, dpi=PNG_DPI, format="png")
+    with outputs.written_whole(path.with_suffix(".pdf"), "wb") as file:
+        figure.savefig(file, format="pdf")
     return path

@@ -25,7 +25,7 @@ from matplotlib import ticker
 
 from neural_testbed import base, generative
 from neural_testbed.agents import host, registry
-from neural_testbed.figures.canvas import new_figure, save_figure
+from neural_testbed.figures.canvas import loss_label, new_figure, save_figure, tau_label
 from neural_testbed.generative import datasets
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
@@ -44,35 +44,39 @@ __all__ = [
     "save_figures",
 ]
 
-_SIZE_FIGURE_2 = (10, 4)  # inches; 1000 x 400 pixels
-_SIZE_FIGURES_8_9 = (12, 4)  # 1200 x 400
-_SIZE_FIGURE_10 = (7, 5)  # 700 x 500
-_SIZE_FIGURE_6B = (7, 6)  # 700 x 600
-_SIZE_FIGURE_7 = (10, 7)  # 1000 x 700
+_SIZE_FIGURE_2 = (10, 4)  # inches (x canvas.PNG_DPI: the PNG's pixels)
+_SIZE_FIGURES_8_9 = (12, 4)
+_SIZE_FIGURE_10 = (7, 5)
+_SIZE_FIGURE_6B = (7, 6)
+_SIZE_FIGURE_7 = (10, 7)
 _PANEL_FIGURE_5 = 3  # inches per panel, plus 1 for the colour bar; 4 high
 _SNR = {0.01: "high SNR", 0.1: "medium SNR", 0.5: "low SNR"}  # the paper's temperatures
 _GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
 
 
-# tab20's slot for each built-in agent, so that an agent keeps its colour in every figure
-# whatever else a figure holds; related agents share a hue (dark and light).
+# Each built-in agent's colour, the same in every figure whatever else a figure holds:
+# Okabe & Ito's colour-blind-safe set, then Paul Tol's "muted" one where the seven run
+# out, greys for the trivial baselines; related agents (ensemble, ensemble+) share a hue,
+# dark and light. Agents that share a colour never share a figure (gp, oracle_gp and cnp
+# are regression agents; knn, random_forest and the trivial ones classification only).
 _AGENT_COLOURS = {
-    "ensemble": 0, "ensemble+": 1, "hypermodel": 2, "epinet": 3, "dropout": 4, "bbb": 5,
-    "sgmcmc": 6, "laplace": 7, "knn": 8, "random_forest": 9, "deep_kernel": 10, "mlp": 14,
-    "oracle_gp": 16, "gp": 17, "cnp": 18, "uniform": 15, "average_class_probs": 13,
+    "ensemble": "#0072B2", "ensemble+": "#56B4E9", "hypermodel": "#332288",
+    "epinet": "#D55E00", "dropout": "#E69F00", "bbb": "#CC79A7", "sgmcmc": "#009E73",
+    "laplace": "#882255", "knn": "#999933", "random_forest": "#F0E442",
+    "deep_kernel": "#117733", "mlp": "#555555", "uniform": "#BBBBBB",
+    "average_class_probs": "#888888", "oracle_gp": "#AA4499", "gp": "#CC6677",
+    "cnp": "#DDCC77",
 }
+# For other agents (sorted by name): the rest of Tol's muted set, then his "light" set.
+_SPARE_COLOURS = ("#44AA99", "#88CCEE", "#77AADD", "#EE8866", "#EEDD88", "#FFAABB",
+                  "#99DDFF", "#AAAA00", "#BBCC33")
 
 
 def _colours(agents: Iterable[str], baseline: str | None = None) -> dict[str, Any]:
-    """Each built-in agent's fixed colour; other names (sorted) take tab20's free slots,
-    then Dark2's; black for the baseline."""
-    tab20 = matplotlib.colormaps["tab20"].colors
-    names = sorted(set(agents))
-    spare = [c for i, c in enumerate(tab20) if i not in _AGENT_COLOURS.values()]
-    spare += matplotlib.colormaps["Dark2"].colors
-    others = itertools.cycle(spare)
-    colours = {name: tab20[_AGENT_COLOURS[name]] if name in _AGENT_COLOURS else next(others)
-               for name in names}
+    """Each built-in agent's fixed colour; other names (sorted) take the spare colours in
+    turn; black for the baseline."""
+    others = itertools.cycle(_SPARE_COLOURS)
+    colours = {name: _AGENT_COLOURS.get(name) or next(others) for name in sorted(set(agents))}
     if baseline in colours:
         colours[baseline] = "black"
     return colours
@@ -152,7 +156,12 @@ def figure_normalised_kl(
     figure = new_figure(_SIZE_FIGURE_2)
     axes = figure.subplots(1, 2)
     positions = np.arange(len(records))
-    labels = [r.get("label", r["agent"]) + ("*" if r.get("flag") else "") for r in records]
+    labels = [r.get("label", r["agent"]) for r in records]
+    published = " [published]"
+    all_published = all(label.endswith(published) for label in labels)
+    if all_published:  # said once below the panels, not under every bar
+        labels = [label[:-len(published)] for label in labels]
+    labels = [label + ("*" if r.get("flag") else "") for label, r in zip(labels, records)]
     loss = records[0]["metric"]
     for ax, tau in zip(axes, taus):
         normalised = any(_finite(r[f"{loss}_{tau}_norm"]) for r in records)
@@ -163,24 +172,32 @@ def figure_normalised_kl(
             values.append(r[name])
             errors.append(se if _finite(se) else 0.0)
         heights = [v if _finite(v) else 0.0 for v in values]
-        bars = ax.bar(positions, heights, yerr=errors, capsize=3,
+        ax.bar(positions, heights, yerr=errors, capsize=3,
                       color=[colours[r["agent"]] for r in records], edgecolor="black",
                       linewidth=0.5)
         # Ratios to two decimals (their standard errors are a few hundredths), so that
         # the labels of a dozen bars do not run into each other.
+        # Each label sits above its error bar's cap, never on it.
         text = "{:.2f}" if normalised else "{:.3g}"
-        ax.bar_label(bars, [text.format(v) if _finite(v) else "n/a" for v in values],
-                     fontsize=8 if len(records) <= 8 else 7, padding=2)
+        for x, height, error, value in zip(positions, heights, errors, values):
+            ax.annotate(text.format(value) if _finite(value) else "n/a", (x, height + error),
+                        xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
+                        fontsize=8 if len(records) <= 8 else 7,
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
         if normalised:
             ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
-            ax.set_ylabel(f"d_KL^{tau} / {baseline}'s d_KL^{tau}")
+            ax.set_ylabel(f"{loss_label(tau, loss)} / {baseline}'s {loss_label(tau, loss)}")
         else:
-            ax.set_ylabel(f"d_KL^{tau} (raw: no {baseline} results to normalise by)")
-        ax.set_title(f"tau = {tau}")
-        ax.set_xticks(positions, labels, rotation=30, ha="right")
+            ax.set_ylabel(f"{loss_label(tau, loss)} (raw: no {baseline} results to normalise "
+                          "by)")
+        ax.set_title(tau_label(tau))
+        ax.set_xticks(positions, labels, rotation=40, ha="right", rotation_mode="anchor")
         ax.set_ylim(0, max(h + e for h, e in zip(heights, errors)) * 1.15 or 1.0)
-    if any(r.get("flag") for r in records):
-        figure.supxlabel("* flagged: missing problems or clipped KL terms", fontsize=9)
+    captions = (["every bar: the published baseline rows"] if all_published else []) + (
+        ["* flagged: missing problems or clipped KL terms"]
+        if any(r.get("flag") for r in records) else [])
+    if captions:
+        figure.supxlabel("; ".join(captions), fontsize=9)
     return save_figure(figure, path)
 
 
@@ -246,12 +263,13 @@ def figure_kl_vs_num_train(
         ax.grid(alpha=0.3)
     real = all(isinstance(t, str) for t in temperatures)  # panels are datasets: NLL
     for row in grid:
-        row[0].set_ylabel(f"{'NLL' if real else 'd_KL'}^{tau} (mean over seeds)")
+        row[0].set_ylabel(f"{loss_label(tau, 'nll' if real else 'kl')} (mean over seeds)")
     legend = {}  # label -> handle, over every panel: an agent may miss a temperature
     for ax in axes:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
-    axes[-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper right")
-    figure.suptitle(f"{'NLL' if real else 'KL'} at tau = {tau} against the number of "
+    # Outside the panels, to their right: over the data, it hid the curves it names.
+    figure.legend(legend.values(), legend.keys(), fontsize=8, loc="outside right upper")
+    figure.suptitle(f"{'NLL' if real else 'KL'} at {tau_label(tau)} against the number of "
                     "training pairs")
     return save_figure(figure, path)
 
@@ -302,15 +320,15 @@ def figure_kl_vs_time(
     ax.set_xlabel("seconds per problem (train + evaluate)")
     if normalised:
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
-        ax.set_ylabel(f"d_KL^{tau} / {baseline}'s d_KL^{tau}")
+        ax.set_ylabel(f"{loss_label(tau)} / {baseline}'s {loss_label(tau)}")
     else:
-        ax.set_ylabel(f"d_KL^{tau} (raw: no {baseline} results to normalise by)")
-    title = f"d_KL^{tau} against compute, one point per config"
+        ax.set_ylabel(f"{loss_label(tau)} (raw: no {baseline} results to normalise by)")
+    title = f"{loss_label(tau)} against compute, one point per config"
     if not all(r["problems"] == most for r in records):
         title += "\n(hollow: scored on fewer problems)"
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    figure.legend(fontsize=8, loc="outside right upper")  # beside the points, not over them
     return save_figure(figure, path)
 
 
@@ -360,7 +378,8 @@ def figure_testbed_vs_real(
             axis.set_minor_formatter(_PlainLogFormatter(minor_thresholds=(2, 0.5)))
     ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
-    ax.set_xlabel(f"testbed score (d_KL / {baseline}'s default, mean over taus and problems)")
+    ax.set_xlabel(f"testbed score ($d_{{\\mathrm{{KL}}}}$ / {baseline}'s default, mean over "
+                  "taus and problems)")
     ax.set_ylabel(f"real-data score (NLL / {baseline}'s default, same means)")
     ax.set_title(f"Testbed against real data, {regime}: one point per config\n"
                  "r: Pearson across configs (5th, 95th bootstrap percentiles)", fontsize=10)
@@ -533,7 +552,7 @@ def figure_prior_functions(
                             markersize=4, capsize=2)
             ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
             ax.set_xscale("log")
-            ax.set_title(f"{_temperature_title(where)}, tau = {tau}")
+            ax.set_title(f"{_temperature_title(where)}, {tau_label(tau)}")
             ax.grid(alpha=0.3)
             ax.legend(title="prior function", fontsize=7, title_fontsize=7)
             if i == len(taus) - 1:

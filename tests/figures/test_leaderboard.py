@@ -68,15 +68,15 @@ def test_each_figure_is_a_png_of_its_size(tmp_path):
     backend = matplotlib.get_backend()
     records = scoring.score_agents(rows, PROBLEMS, tuning="per-setting")[0]
     assert figures.figure_normalised_kl(records, tmp_path / "f2.png") == tmp_path / "f2.png"
-    assert _png_size(tmp_path / "f2.png") == (1000, 400)
+    assert _png_size(tmp_path / "f2.png") == (2000, 800)
     settings = scoring.kl_by_setting(rows, PROBLEMS)
     for tau in (1, 100):
         path = figures.figure_kl_vs_num_train(settings, tau, tmp_path / f"f_{tau}.png")
-        assert _png_size(path) == (1200, 400)
+        assert _png_size(path) == (2400, 800)
     candidates = scoring.score_candidates(rows, PROBLEMS)
     mlp_kl_100 = next(r["kl_100"] for r in records if r["agent"] == "mlp")
     path = figures.figure_kl_vs_time(candidates, mlp_kl_100, tmp_path / "f10.png")
-    assert _png_size(path) == (700, 500)
+    assert _png_size(path) == (1400, 1000)
     assert matplotlib.get_backend() == backend  # the user's backend is left alone
 
 
@@ -85,15 +85,17 @@ def test_save_figures_writes_the_four_figures(tmp_path):
     paths = figures.save_figures(_rows(), PROBLEMS, out)
     assert [p.name for p in paths] == ["figure2.png", "figure8.png", "figure9.png", "figure10.png"]
     sizes = [_png_size(p) for p in paths]
-    assert sizes == [(1000, 400), (1200, 400), (1200, 400), (700, 500)]
+    assert sizes == [(2000, 800), (2400, 800), (2400, 800), (1400, 1000)]  # 200 dpi
     assert all(p.parent == out for p in paths)
+    for p in paths:  # a vector copy of each, for a paper
+        assert p.with_suffix(".pdf").read_bytes().startswith(b"%PDF-")
 
 
 def test_without_mlp_results_raw_kl_is_plotted(tmp_path):
     rows = _rows(with_mlp=False)
     records = scoring.score_agents(rows, PROBLEMS, tuning="per-setting")[0]
     assert all(r["kl_1_norm"] != r["kl_1_norm"] for r in records)  # NaN: nothing to normalise by
-    assert _png_size(figures.figure_normalised_kl(records, tmp_path / "f2.png")) == (1000, 400)
+    assert _png_size(figures.figure_normalised_kl(records, tmp_path / "f2.png")) == (2000, 800)
     assert len(figures.save_figures(rows, PROBLEMS, tmp_path / "out")) == 4
 
 
@@ -110,7 +112,7 @@ def test_agent_samples_figure(tmp_path):
     agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20), base.Shapes.of(problem))
     path = figures.figure_agent_samples(jax.random.key(0), agent, problem, tmp_path / "f5.png",
                                       grid_size=40)
-    assert _png_size(path) == (1600, 400)  # 5 panels of 3 inches + 1 for the colour bar
+    assert _png_size(path) == (3200, 800)  # 5 panels of 3 inches + 1 for the colour bar
 
 
 def test_agent_samples_needs_2d_inputs(tmp_path):
@@ -164,7 +166,7 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
                     for where in ("iris", "digits") for tau in (1, 100)
                     for label, scale in (("none", 0.0), ("linear", 1.0), ("vae", 3.0))}
     path = figures.figure_prior_functions(rows, real, tmp_path / "f7.png")
-    assert _png_size(path) == (1000, 700)  # 2 taus x 2 datasets
+    assert _png_size(path) == (2000, 1400)  # 2 taus x 2 datasets
     paths = figures.save_figures(rows, real, tmp_path / "all")
     assert tmp_path / "all" / "figure7.png" in paths
     with pytest.raises(ValueError, match="no problem has ok rows of both ensemble\\+ and mlp"):
