@@ -13,10 +13,9 @@ import tempfile
 
 import pytest
 
-from neural_testbed import agents, cli, leaderboard, outputs
+from neural_testbed import agents, cli, outputs
 from neural_testbed import run as sweep_lib
 from neural_testbed.leaderboard import store as store_lib
-from neural_testbed.run import rows as run_rows
 
 _ENV = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]))
 

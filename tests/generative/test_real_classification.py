@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from neural_testbed import base, generative, leaderboard
-from neural_testbed.generative import datasets, real_classification
+from neural_testbed.generative import datasets
 
 pytest.importorskip("sklearn")
 

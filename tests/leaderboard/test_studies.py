@@ -13,7 +13,6 @@ import pytest
 from neural_testbed import active, agents, cli, leaderboard
 from neural_testbed.active import tal
 from neural_testbed.leaderboard import configs, probing, studies
-from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.run import rows as run_rows
 
 QUICK = leaderboard.get_sweep("regression-quick")
