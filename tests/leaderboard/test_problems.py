@@ -92,7 +92,8 @@ def test_every_problem_of_the_paper_sweep_has_its_own_key_seed():
     assert len({p.key_seed for p in paper.values()}) == len(paper)
 
 
-def test_every_sweep_is_described_in_the_commands_help():
+def test_every_sweep_is_described_in_the_commands_help(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "10000")  # argparse wraps at hyphens: no wrapping here
     assert list(problems.DESCRIPTIONS) == list(problems.SWEEPS)
     run_help = cli.build_parser()._subparsers._group_actions[0].choices["run"].format_help()
     flat = " ".join(run_help.split())
