@@ -4,7 +4,6 @@ stored rows (and the published baseline results)."""
 from __future__ import annotations
 
 import pathlib
-import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -207,10 +206,10 @@ def leaderboard(args) -> int:
                                    f"{args.sweep!r} sweep")
     options.print_notes(args, [*notes, *study_notes, *warnings])
     # On stdout only for the terminal table: CSV and Markdown carry a selection column.
-    print(textwrap.fill(f"tuning: {args.tuning}; selection: {args.selection}: "
-                        f"{scoring.SELECTIONS[args.selection]}; rules: {args.rules}: "
-                        f"{scoring.RULES[args.rules]}", tables.width(),
-                        subsequent_indent="  "), file=options.notes_stream(args))
+    print(tables.wrapped(f"tuning: {args.tuning}; selection: {args.selection}: "
+                         f"{scoring.SELECTIONS[args.selection]}; rules: {args.rules}: "
+                         f"{scoring.RULES[args.rules]}", "  "),
+          file=options.notes_stream(args))
     for record in records:
         record["changes"] = _config_changes(record["agent"], record["config"])
         for name in metrics:  # a study metric with no record stored for any agent
@@ -253,31 +252,30 @@ def _print_fitted_board(records: Sequence[dict[str, Any]], loss: str, taus: Sequ
     legend = (f"cells: mean±standard error; {loss}_<tau>_norm: divided by {normaliser}'s "
               "default config" + (f"; not shown at this width: {', '.join(left_out)} (--wide "
                                   "shows every column)" if left_out else ""))
-    print(textwrap.fill(legend, tables.width()))
+    print(tables.wrapped(legend))
 
 
 def _print_pooled(args, pooled: list[dict[str, Any]], what: str, diff: str,
                   taus: tuple[str, ...], where: str) -> None:
     """The pooled comparisons, with a note where a difference is within its error."""
-    print(textwrap.fill(f"{args.agent} - baseline{what}, pooled over the {args.sweep} sweep "
-                        "(stratified by (temperature, T); two-sided t-test, df = pairs - "
-                        "settings):", tables.width()))
+    print(tables.wrapped(f"{args.agent} - baseline{what}, pooled over the {args.sweep} sweep "
+                         "(stratified by (temperature, T); two-sided t-test, df = pairs - "
+                         "settings):"))
     print(tables.fitted_records(pooled, ("baseline", "source", *taus, diff, "stderr",
                                          "p_value", "pairs", "df", "verdict", "flag")))
     for r in pooled:
         if abs(r[diff]) < r["stderr"]:
-            print(textwrap.fill(f"note: {where.format(tau=r.get('tau'))}{args.agent} and "
-                                f"{r['baseline']} differ by less than one standard error "
-                                f"({r[diff]:.4g} vs {r['stderr']:.4g}): more problems or "
-                                "seeds are needed to order them", tables.width(),
-                                subsequent_indent="  "))
+            print(tables.wrapped(f"note: {where.format(tau=r.get('tau'))}{args.agent} and "
+                                 f"{r['baseline']} differ by less than one standard error "
+                                 f"({r[diff]:.4g} vs {r['stderr']:.4g}): more problems or "
+                                 "seeds are needed to order them", "  "))
 
 
 def _print_cells(args, cells: list[dict[str, Any]], baseline_names: Sequence[str], diff: str,
                  taus: tuple[str, ...], cell: str) -> None:
     """The comparisons per setting, and per baseline the count of significant ones."""
-    print("\n" + textwrap.fill(f"{args.agent} - baseline per (temperature, T) (paired t-test, "
-                               "df = pairs - 1):", tables.width()))
+    print("\n" + tables.wrapped(f"{args.agent} - baseline per (temperature, T) (paired t-test, "
+                                "df = pairs - 1):"))
     by_dim = ("input_dim",) if any("input_dim" in r for r in cells) else ()
     print(tables.fitted_records(cells, ("baseline", "source", *by_dim, "temperature",
                                         "num_train", *taus, diff, "stderr", "p_value", "pairs",
@@ -286,9 +284,8 @@ def _print_cells(args, cells: list[dict[str, Any]], baseline_names: Sequence[str
         mine = [r for r in cells if r["baseline"] == name]
         better = sum(r["verdict"] == "better" for r in mine)
         worse = sum(r["verdict"] == "worse" for r in mine)
-        print(textwrap.fill(f"{args.agent} vs {name}: significantly better in {better}, "
-                            f"worse in {worse} of {len(mine)} {cell} cells (paired t-test, 5%)",
-                            tables.width()))
+        print(tables.wrapped(f"{args.agent} vs {name}: significantly better in {better}, "
+                             f"worse in {worse} of {len(mine)} {cell} cells (paired t-test, 5%)"))
 
 
 def _print_comparison(args, records: list[dict[str, Any]],
@@ -329,8 +326,8 @@ def compare(args) -> int:
     options.print_notes(args, [*notes, *study_notes])
     records = scoring.compare_agents(rows, problems, args.agent, baseline_names, args.selection,
                                      args.metric, study_values)
-    print(textwrap.fill(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}",
-                        tables.width()), file=options.notes_stream(args))
+    print(tables.wrapped(f"selection: {args.selection}: {scoring.SELECTIONS[args.selection]}"),
+          file=options.notes_stream(args))
     if args.format != "table":
         print(scoring.format_records(records, args.format))
     else:
@@ -407,8 +404,8 @@ def correlate(args) -> int:
     rows = store_lib.rows_to_score(args.db)
     for name in agents:
         checks.agent_in_store(name, rows, args.db, "--agent")
-    rows, notes = counted.counted_rows(rows, {**synthetic, **real})
-    options.print_notes(args, notes)
+    rows, row_notes = counted.counted_rows(rows, {**synthetic, **real})
+    options.print_notes(args, row_notes)
     records = correlation.correlate(rows, synthetic, real, agents, args.baseline,
                                     num_bootstrap=args.num_bootstrap, seed=0)
     notes = options.notes_stream(args)

@@ -24,8 +24,9 @@ def _add_export(commands, g: options.Groups) -> None:
     parser = commands.add_parser(
         "export", parents=[g.common, g.db],
         help="write every stored row (or study result) to a CSV or Parquet file",
-        description="Write every stored row to a CSV or Parquet file (the predictives kept for `xll` "
-                    "are binary and are not exported; `merge` carries them), or with --table "
+        description="Write every stored row to a CSV or Parquet file (the predictives kept "
+                    "for `xll` are binary and are not exported; `merge` carries them), or with "
+                    "--table "
                     "studies the results of `tal` and `probe`, one value per line. For "
                     f"spreadsheets, {options.SPREADSHEET_NOTE}.")
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
@@ -64,12 +65,11 @@ def export(args) -> int:
         except ImportError as error:
             raise ValueError(f"--format parquet: {error}") from None
     with store_lib.ResultsStore(args.db, create=False) as store:
-        if args.format == "parquet" and args.table == "rows":
-            count = frames.write_parquet([r.record() for r in store.rows()], store_lib.COLUMNS,
-                                         args.output)
-        elif args.format == "parquet":
-            count = frames.write_parquet(studies.long_records(store.studies()),
-                                         studies.LONG_COLUMNS, args.output)
+        if args.format == "parquet":
+            records, columns = (([r.record() for r in store.rows()], store_lib.COLUMNS)
+                                if args.table == "rows" else
+                                (studies.long_records(store.studies()), studies.LONG_COLUMNS))
+            count = frames.write_parquet(records, columns, args.output)
         elif args.table == "rows":
             count = store.to_csv(args.output, spreadsheet_safe=True)
         else:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 import shutil
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from neural_testbed.leaderboard import scoring
+
 __all__ = ["DEFAULT_WIDTH", "cells", "fitted", "fitted_records", "plus_minus", "truncated",
-           "width"]
+           "width", "wrapped"]
 
 DEFAULT_WIDTH = 100  # where no terminal says its width (a pipe, a file)
 
@@ -62,13 +65,13 @@ def truncated(text: str, size: int) -> str:
 
 
 def cells(records: Sequence[Mapping[str, Any]], name: str) -> list[str]:
-    """Column ``name`` of ``records`` as text (floats to four significant digits)."""
-    out = []
-    for r in records:
-        value = r.get(name)
-        out.append("" if value is None else ("n/a" if isinstance(value, float) and math.isnan(
-            value) else f"{value:.4g}" if isinstance(value, float) else str(value)))
-    return out
+    """Column ``name`` of ``records`` as text, as every table writes a value."""
+    return [scoring.format_cell(r.get(name)) for r in records]
+
+
+def wrapped(text: str, indent: str = "") -> str:
+    """``text`` wrapped to the terminal's width, later lines indented by ``indent``."""
+    return textwrap.fill(text, width(), subsequent_indent=indent)
 
 
 def fitted_records(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:

@@ -1,6 +1,7 @@
 """The canvas every figure is drawn on: a :class:`matplotlib.figure.Figure` on its own
 Agg canvas, not through ``pyplot``, saved as a PNG at one fixed DPI with a PDF beside it
-(vector, for a paper), and the labels' mathematics in mathtext (:func:`math_label`).
+(vector, for a paper), and the labels' mathematics in mathtext (:func:`loss_label`,
+:func:`tau_label`).
 
 No figure changes the process-wide backend or pyplot state, so figures work
 headless (no display) and leave a user's interactive session alone; with one DPI

@@ -157,10 +157,9 @@ def figure_normalised_kl(
     axes = figure.subplots(1, 2)
     positions = np.arange(len(records))
     labels = [r.get("label", r["agent"]) for r in records]
-    published = " [published]"
-    all_published = all(label.endswith(published) for label in labels)
+    all_published = all(r.get("source") == "published" for r in records)
     if all_published:  # said once below the panels, not under every bar
-        labels = [label[:-len(published)] for label in labels]
+        labels = [label.removesuffix(scoring.SOURCE_MARKS["published"]) for label in labels]
     labels = [label + ("*" if r.get("flag") else "") for label, r in zip(labels, records)]
     loss = records[0]["metric"]
     for ax, tau in zip(axes, taus):
@@ -173,11 +172,10 @@ def figure_normalised_kl(
             errors.append(se if _finite(se) else 0.0)
         heights = [v if _finite(v) else 0.0 for v in values]
         ax.bar(positions, heights, yerr=errors, capsize=3,
-                      color=[colours[r["agent"]] for r in records], edgecolor="black",
-                      linewidth=0.5)
-        # Ratios to two decimals (their standard errors are a few hundredths), so that
-        # the labels of a dozen bars do not run into each other.
-        # Each label sits above its error bar's cap, never on it.
+               color=[colours[r["agent"]] for r in records], edgecolor="black",
+               linewidth=0.5)
+        # Each label above its error bar's cap, never on it; ratios to two decimals (their
+        # standard errors are a few hundredths), so that a dozen labels do not collide.
         text = "{:.2f}" if normalised else "{:.3g}"
         for x, height, error, value in zip(positions, heights, errors, values):
             ax.annotate(text.format(value) if _finite(value) else "n/a", (x, height + error),

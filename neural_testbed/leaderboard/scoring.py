@@ -495,11 +495,14 @@ def _source(by_pid: Mapping[str, ProblemScore]) -> str:
     return "+".join(sorted(set().union(*(s.sources for s in by_pid.values())))) or "local"
 
 
+# What a record's label adds for where its rows come from (a store's own rows: nothing).
+SOURCE_MARKS = {"published": " [published]", "local+published": " [partly published]"}
+
+
 def _label(agent: str, source: str, extra_default: bool) -> str:
     """A record's name in tables and figures: the agent, which config, which rows."""
     label = agent + (" (default)" if extra_default else "")
-    return label + {"published": " [published]",
-                    "local+published": " [partly published]"}.get(source, "")
+    return label + SOURCE_MARKS.get(source, "")
 
 
 def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int],
@@ -639,7 +642,8 @@ def compare_agents(
     return pooled + per_setting
 
 
-def _cell(value: Any) -> str:
+def format_cell(value: Any) -> str:
+    """A value as a table shows it: floats to four significant digits, NaN as n/a."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -666,7 +670,7 @@ def format_records(records: Sequence[Mapping[str, Any]], fmt: str = "table",
         writer.writeheader()
         writer.writerows(records)
         return out.getvalue()
-    cells = [[_cell(r.get(c, "")) for c in columns] for r in records]
+    cells = [[format_cell(r.get(c, "")) for c in columns] for r in records]
     if fmt == "markdown":
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(row) + " |" for row in cells]
