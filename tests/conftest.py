@@ -24,8 +24,11 @@ emitter, which compiles about a third faster, with the same results to float32
 rounding. And with each program's code generated in one piece
 (``--xla_cpu_parallel_codegen_split_count=1``): XLA otherwise splits it for parallel
 compilation, which the test processes, each compiling its own programs, gain nothing
-from: one piece compiles faster in them. A
-flag is set only if this JAX's XLA accepts it (XLA ends a process on an unknown flag,
+from: one piece compiles faster in them. And with XLA's CPU kernels on one thread per
+process (``--xla_cpu_multi_thread_eigen=false``): the suite runs one process per core plus
+one, so each process's pool of a thread per core only oversubscribed the cores (the whole
+suite took about a seventh less time without it; the programs and their numbers are the
+same). A flag is set only if this JAX's XLA accepts it (XLA ends a process on an unknown flag,
 so a short subprocess checks first); flags that ``XLA_FLAGS`` already names are left
 as they are.
 """
@@ -48,8 +51,9 @@ _SETTINGS = {
 }
 
 
-_FAST_COMPILE_FLAGS = ("--xla_cpu_use_fusion_emitters=false",
-                       "--xla_cpu_parallel_codegen_split_count=1")
+_SUITE_FLAGS = ("--xla_cpu_use_fusion_emitters=false",
+                "--xla_cpu_parallel_codegen_split_count=1",
+                "--xla_cpu_multi_thread_eigen=false")
 
 
 def _accepted(flags: str) -> bool:
@@ -60,9 +64,9 @@ def _accepted(flags: str) -> bool:
     return check.returncode == 0
 
 
-def _add_fast_compile_flags():
+def _add_suite_flags():
     flags = os.environ.get("XLA_FLAGS", "")
-    wanted = [f for f in _FAST_COMPILE_FLAGS if f.split("=")[0] not in flags]  # not set already
+    wanted = [f for f in _SUITE_FLAGS if f.split("=")[0] not in flags]  # not set already
     if not wanted:  # by the user, or inherited by a worker
         return
     if _accepted(" ".join([flags, *wanted])):
@@ -75,7 +79,7 @@ def _add_fast_compile_flags():
 
 
 def pytest_configure(config):
-    _add_fast_compile_flags()  # before any test starts JAX's backend, which reads XLA_FLAGS
+    _add_suite_flags()  # before any test starts JAX's backend, which reads XLA_FLAGS
     cache = getattr(config, "cache", None)
     if cache is not None:
         directory = str(cache.mkdir("xla"))

@@ -92,7 +92,7 @@ SMALL = {
 # the call's inputs, the CNP's independent draws at each of them.
 DRAW_PER_CALL = {"oracle_gp", "gp", "cnp"}
 NAMES = list(SMALL)
-SEEDS = jnp.arange(4)  # the keys of the belief indices every check draws
+SEEDS = np.arange(4, dtype=np.int32)  # the keys of the belief indices every check draws
 
 
 def test_every_built_in_agent_is_in_the_table():
@@ -167,12 +167,17 @@ def trained(request) -> Trained:
                    _outputs_program(agent.enn))
 
 
-X = {target: jax.random.normal(jax.random.key(4), (7, base.Shapes.of(p).input_dim))
-     for target, p in PROBLEMS.items()}
+@functools.cache
+def _inputs(target: str):
+    """Seven inputs of the target's problem (drawn on first use: every test process
+    collects every file)."""
+    with jax.ensure_compile_time_eval():  # concrete, even if first asked for inside a trace
+        return jax.random.normal(jax.random.key(4),
+                                 (7, base.Shapes.of(PROBLEMS[target]).input_dim))
 
 
 def _x(trained):
-    return X[_primary(trained.spec)]
+    return _inputs(_primary(trained.spec))
 
 
 def test_train_gives_a_pytree_and_the_same_key_the_same_samples(trained):
@@ -255,7 +260,7 @@ def _as_the_runner_runs_it(name: str):
         SMALL[name],)
     names = config_batches.array_fields(configs, spec.batchable)
     assert set(names) == set(spec.batchable), name  # each declared field is exercised
-    x = X[_primary(spec)]
+    x = _inputs(_primary(spec))
 
     def one(values):  # one config's agent, inside the vmap over configs (as the runner)
         made = spec.make(config_batches.with_arrays(configs[0], names, values), shapes)
@@ -302,5 +307,5 @@ def test_agents_of_both_targets_give_one_value_per_input_on_regression(name):
     data, prior, _ = _instance("regression")
     state = jax.eval_shape(agent.train, jax.random.key(0), data, prior)
     index = jax.eval_shape(agent.enn.sample_index, jax.random.key(0))
-    outputs = jax.eval_shape(agent.enn.apply, state, X["regression"], index)
+    outputs = jax.eval_shape(agent.enn.apply, state, _inputs("regression"), index)
     assert (outputs.shape, outputs.dtype) == ((7, 1), jnp.float32), name

@@ -1,6 +1,8 @@
 """The classification evaluator: known answers, honest standard errors, structure
 exploitation, bad input."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,11 +11,17 @@ import pytest
 from neural_testbed import base, evaluation, generative, leaderboard
 from neural_testbed.evaluation import classification
 
-ENV = generative.sample_environment(jax.random.key(0), temperature=0.1)
+
+@functools.cache
+def _env():
+    """The environment most tests evaluate against (drawn on first use, not when the
+    file is collected: every test process collects every file)."""
+    with jax.ensure_compile_time_eval():  # concrete, even if first asked for inside a trace
+        return generative.sample_environment(jax.random.key(0), temperature=0.1)
 
 
-def _test(key, tau, num_test=1000, env=ENV):
-    return generative.sample_test_data(key, env, num_test, tau)
+def _test(key, tau, num_test=1000, env=None):
+    return generative.sample_test_data(key, _env() if env is None else env, num_test, tau)
 
 
 def _true_env_enn():
@@ -28,7 +36,7 @@ def _true_env_enn():
 @pytest.mark.parametrize("tau", [1, 100])
 def test_true_environment_has_zero_kl(tau):
     evaluate = jax.jit(evaluation.make_evaluator(_true_env_enn(), tau, num_classes=2))
-    ev = evaluate(jax.random.key(1), ENV, _test(jax.random.key(2), tau))
+    ev = evaluate(jax.random.key(1), _env(), _test(jax.random.key(2), tau))
     assert abs(float(ev.kl)) < 1e-5  # float32 rounding only
     assert bool(ev.logits_valid) and int(ev.num_clipped) == 0
 
@@ -37,7 +45,7 @@ def test_true_environment_has_zero_kl(tau):
 def test_true_environment_as_plain_sampler_has_zero_kl(tau):
     """M = 100 fresh keys per test sample of a sampler that ignores its key: exact
     whatever N and M (both cut to 100: every sample is a forward pass of the environment)."""
-    sampler = lambda x, key: generative.environment_logits(ENV, x)
+    sampler = lambda x, key: generative.environment_logits(_env(), x)
     ev = evaluation.evaluate_sampler(jax.random.key(1), sampler,
                                      _test(jax.random.key(2), tau, num_test=100), 2,
                                      num_samples=100)
@@ -48,15 +56,15 @@ def test_without_an_exact_likelihood_the_result_is_the_nll():
     """Real data has no exact likelihood: the per-sample term is -log p_hat."""
     test = _test(jax.random.key(2), 1)
     evaluate = jax.jit(evaluation.make_evaluator(_true_env_enn(), 1, num_classes=2))
-    kl = evaluate(jax.random.key(1), ENV, test)
-    nll = evaluate(jax.random.key(1), ENV, test._replace(log_likelihood=None))
+    kl = evaluate(jax.random.key(1), _env(), test)
+    nll = evaluate(jax.random.key(1), _env(), test._replace(log_likelihood=None))
     np.testing.assert_allclose(nll.kl, -jnp.mean(test.log_likelihood), rtol=1e-5)
     np.testing.assert_allclose(nll.kl - kl.kl, -jnp.mean(test.log_likelihood), rtol=1e-5)
 
 
 def test_a_mistaken_agent_has_positive_kl():
     """An agent at the wrong temperature is worse than the truth by many standard errors."""
-    sampler = lambda x, key: generative.environment_logits(ENV, x) * 0.2
+    sampler = lambda x, key: generative.environment_logits(_env(), x) * 0.2
     for tau in (1, 100):
         ev = evaluation.evaluate_sampler(jax.random.key(1), sampler,
                                          _test(jax.random.key(2), tau, num_test=200), 2,
@@ -66,7 +74,10 @@ def test_a_mistaken_agent_has_positive_kl():
 
 # ----- Honest standard errors: fresh belief samples for every test tau-sample -----------
 _MIXTURE_PROBLEM = leaderboard.get_sweep("paper")["classification_2d/100"]
-_MIXTURE_WEIGHTS = 3.0 * jax.random.normal(jax.random.key(11), (100, 2, 2))  # 100 linear members
+@functools.cache
+def _mixture_weights():
+    with jax.ensure_compile_time_eval():  # concrete, even if first asked for inside a trace
+        return 3.0 * jax.random.normal(jax.random.key(11), (100, 2, 2))  # 100 linear members
 
 
 def _mixture_enn(num_indices):
@@ -99,7 +110,7 @@ def test_reported_stderr_matches_the_spread_of_repeated_evaluations(tau):
     standard error of about 1 / sqrt(2 * 11) = 0.21, so [0.6, 1.5] is about two of those
     either side of 1."""
     evaluate = jax.jit(lambda key, test: evaluation.make_evaluator(
-        _mixture_enn(100), tau, 2, num_test=300, num_samples=300)(key, _MIXTURE_WEIGHTS, test))
+        _mixture_enn(100), tau, 2, num_test=300, num_samples=300)(key, _mixture_weights(), test))
     assert 0.6 <= _spread_ratio(evaluate, tau, 300) <= 1.5
 
 
@@ -110,7 +121,7 @@ def test_reported_stderr_matches_the_spread_through_a_plain_sampler():
     distinct network (M x N = 4 x 10^4 of them), same bounds. N = M = 200: with N = M
     the shared draws' error and the reported one shrink alike, so 200 shows a
     shared-draws error as well as 300 does."""
-    sampler = lambda x, key: x @ _MIXTURE_WEIGHTS[jax.random.randint(key, (), 0, 100)]
+    sampler = lambda x, key: x @ _mixture_weights()[jax.random.randint(key, (), 0, 100)]
     evaluate = lambda key, test: evaluation.evaluate_sampler(key, sampler, test, 2,
                                                              num_samples=200)
     assert 0.6 <= _spread_ratio(evaluate, 100, 200) <= 1.5
@@ -132,8 +143,8 @@ def test_evaluating_distinct_members_once_gives_the_same_estimate(tau):
     evaluating all M samples of each test sample as distinct networks."""
     key, test = jax.random.key(5), _test(jax.random.key(6), tau, num_test=100)
     settings = {"tau": tau, "num_classes": 2, "num_test": 100, "num_samples": 100}
-    grouped = jax.jit(evaluation.make_evaluator(_three_member_enn(3), **settings))(key, ENV, test)
-    every = jax.jit(evaluation.make_evaluator(_three_member_enn(None), **settings))(key, ENV, test)
+    grouped = jax.jit(evaluation.make_evaluator(_three_member_enn(3), **settings))(key, _env(), test)
+    every = jax.jit(evaluation.make_evaluator(_three_member_enn(None), **settings))(key, _env(), test)
     for name in ("kl", "kl_stderr", "accuracy", "ece"):
         np.testing.assert_allclose(getattr(grouped, name), getattr(every, name), rtol=2e-4, atol=1e-6)
 
@@ -145,7 +156,7 @@ def test_belief_samples_differ_between_test_samples():
     test = base.TestSamples(x=x, y=jnp.zeros((2, 1), jnp.int32), log_likelihood=jnp.zeros(2))
     evaluate = jax.jit(evaluation.make_evaluator(_three_member_enn(3), 1, 2, num_test=2,
                                                  num_samples=5))
-    ev = evaluate(jax.random.key(0), ENV, test)
+    ev = evaluate(jax.random.key(0), _env(), test)
     assert float(ev.kl_stderr) > 0
 
 
@@ -154,10 +165,10 @@ def test_chunk_size_does_not_change_the_estimate(monkeypatch, counted):
     enn = _three_member_enn(3 if counted else None)
     key, test = jax.random.key(2), _test(jax.random.key(3), 100, num_test=8)
     evaluate = lambda: jax.jit(evaluation.make_evaluator(enn, 100, 2, num_test=8, num_samples=50))
-    whole = evaluate()(key, ENV, test)
+    whole = evaluate()(key, _env(), test)
     rows = (3 if counted else 50) * 100 * 2  # 2 test samples per chunk
     monkeypatch.setattr(classification, "_MAX_ROWS_PER_CHUNK", rows)  # read by make_evaluator
-    chunked = evaluate()(key, ENV, test)
+    chunked = evaluate()(key, _env(), test)
     np.testing.assert_allclose(whole.kl, chunked.kl, rtol=1e-5)
     np.testing.assert_allclose(whole.ece, chunked.ece, rtol=1e-5)
 
@@ -171,7 +182,7 @@ def test_probability_zero_terms_are_clipped_and_counted():
     zero_region = lambda x: x[..., 0] > 1.5
 
     def sampler(x, key):
-        logits = generative.environment_logits(ENV, x)
+        logits = generative.environment_logits(_env(), x)
         return jnp.where(zero_region(x)[:, None], jnp.array([0.0, -jnp.inf]), logits)
 
     ev = evaluation.evaluate_sampler(jax.random.key(1), sampler, test, 2)

@@ -2,6 +2,7 @@
 dims up to 100, and its rule for which estimator runs at which tau."""
 
 import dataclasses
+import functools
 import itertools
 import math
 
@@ -13,7 +14,12 @@ import pytest
 from neural_testbed import base, generative, leaderboard
 from neural_testbed.likelihood import kl
 
-ENV = generative.sample_environment(jax.random.key(0), temperature=0.1, input_dim=3)
+
+@functools.cache
+def _env():
+    """A 3-d environment, drawn on first use (every test process collects every file)."""
+    with jax.ensure_compile_time_eval():  # concrete, even if first asked for inside a trace
+        return generative.sample_environment(jax.random.key(0), temperature=0.1, input_dim=3)
 
 
 @pytest.mark.parametrize("kappa", [1, 2, 3])
@@ -24,7 +30,7 @@ def test_a_tau_sample_holds_kappa_distinct_inputs(kappa):
     (inclusion-exclusion); the share over N = 2000 tau-samples is within 5 binomial
     standard errors of 1 - p."""
     num_test, tau = 2000, 10
-    test = generative.sample_test_data(jax.random.key(1), ENV, num_test, tau, kappa)
+    test = generative.sample_test_data(jax.random.key(1), _env(), num_test, tau, kappa)
     x = np.asarray(test.x)
     assert x.shape == (num_test, tau, 3)
     distinct = np.array([len(np.unique(sample, axis=0)) for sample in x])
@@ -39,11 +45,11 @@ def test_anchors_are_standard_normal_and_labels_independent_at_repeated_inputs()
     """The anchors are N(0, I) (mean within 5 standard errors of 0, variance within 5 of
     1, over 2000 x 2 x 3 values); a tau-sample's log-likelihood is the sum of its
     labels' log-probabilities, each label drawn on its own even where inputs repeat."""
-    test = generative.sample_test_data(jax.random.key(2), ENV, 2000, 10, 2)
+    test = generative.sample_test_data(jax.random.key(2), _env(), 2000, 10, 2)
     anchors = np.unique(np.asarray(test.x).reshape(-1, 3), axis=0)
     n = anchors.size
     assert abs(anchors.mean()) < 5 / np.sqrt(n) and abs(anchors.var() - 1) < 5 * np.sqrt(2 / n)
-    log_probs = jax.nn.log_softmax(generative.environment_logits(ENV, test.x))
+    log_probs = jax.nn.log_softmax(generative.environment_logits(_env(), test.x))
     own = jnp.take_along_axis(log_probs, test.y[..., None], axis=-1)[..., 0].sum(-1)
     np.testing.assert_allclose(test.log_likelihood, own, rtol=1e-5)
     # At a repeated input both labels occur: the labels are not copied with the inputs.
