@@ -3,15 +3,16 @@
 import math
 
 from neural_testbed.cli import tables
+from neural_testbed.leaderboard import scoring
 
 
 def test_a_value_is_shown_to_the_decimal_place_of_its_two_digit_error():
-    assert tables.plus_minus(0.119434, 0.007067) == "0.1194±0.0071"
-    assert tables.plus_minus(13.23, 0.8534) == "13.23±0.85"
-    assert tables.plus_minus(1234.4, 56.0) == "1234±56"
-    assert tables.plus_minus(1.0, 0.0) == "1"  # the normaliser's own: no error
-    assert tables.plus_minus(math.nan, 0.1) == "n/a"
-    assert tables.plus_minus(0.5, math.nan) == "0.5"
+    assert scoring.plus_minus(0.119434, 0.007067) == "0.1194±0.0071"
+    assert scoring.plus_minus(13.23, 0.8534) == "13.23±0.85"
+    assert scoring.plus_minus(1234.4, 56.0) == "1234±56"
+    assert scoring.plus_minus(1.0, 0.0) == "1"  # the normaliser's own: no error
+    assert scoring.plus_minus(math.nan, 0.1) == "n/a"
+    assert scoring.plus_minus(0.5, math.nan) == "0.5"
 
 
 def test_columns_are_taken_by_priority_shown_in_order_and_the_rest_named():

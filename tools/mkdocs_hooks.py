@@ -9,9 +9,13 @@ so that nothing is kept twice.
   published scores, computed from the shipped table as ``leaderboard --with-baselines``
   computes them, and a link to its own subsection of the differences page (the build fails
   if an agent has none).
+- ``published-leaderboard.md``: the leaderboard of each sweep from the shipped table, with
+  significance groups, and the whole static site of ``neural-testbed report`` written
+  beside the pages (``published-site/index.html``).
 """
 
 import dataclasses
+import functools
 import inspect
 import math
 import pathlib
@@ -27,7 +31,60 @@ _SWEEPS = ("paper", "real", "regression", "classification")
 def on_files(files, config):
     for path, markdown in _agent_pages().items():
         files.append(File.generated(config, path, content=markdown))
+    files.append(File.generated(config, "published-leaderboard.md",
+                                content=_published_leaderboard()))
     return files
+
+
+def on_post_build(config, **kwargs):
+    from neural_testbed import site
+
+    site.write_site(pathlib.Path(config["site_dir"]) / "published-site", _published_boards(),
+                    title="neural-testbed: the published leaderboard")
+
+
+@functools.cache  # the page and the site show the same boards: scored once a build
+def _published_boards():
+    from neural_testbed import site
+    from neural_testbed.leaderboard import baselines, problems
+
+    published = baselines.load()
+    return [site.board([], sweep, problems.get_sweep(sweep), None, published)
+            for sweep in _SWEEPS]
+
+
+def _published_leaderboard() -> str:
+    """The published leaderboard of each sweep as Markdown tables."""
+    from neural_testbed.leaderboard import scoring
+
+    lines = ["# Published leaderboard", "",
+             "Every agent's default config on each sweep, from the table shipped with the "
+             "package (generated when this site is built; `neural-testbed leaderboard "
+             "--with-baselines --sweep S` prints the same). **group** is the significance "
+             "group at each tau: 1 for the agents `neural-testbed compare` does not find worse "
+             "than the best at 5%, 2 for those not worse than the best of the rest, and so on. "
+             "The same as a sortable site with a page per agent and the figures: "
+             '<a href="../published-site/index.html">the published site</a> (`neural-testbed '
+             "report --out DIR` writes it, from your own store too).", ""]
+    for b in _published_boards():
+        metric, taus = b.metric, b.taus
+        lines += [f"## {b.sweep}", "", f"{len(b.problems)} problems; normalised by "
+                  f"{b.normaliser}.", "",
+                  "| group (tau " + "/".join(map(str, taus)) + ") | agent | "
+                  + " | ".join(f"{metric}_{t}" for t in taus) + " | "
+                  + " | ".join(f"{metric}_{t}_norm" for t in taus) + " | problems |",
+                  "|---" * (3 + 2 * len(taus)) + "|"]
+        for r in b.records:
+            groups = b.groups.get(r["agent"], {})
+            lines.append(
+                "| " + "/".join(str(groups.get(t, "-")) for t in taus) + f" | {r['agent']} | "
+                + " | ".join(scoring.plus_minus(r[f"{metric}_{t}"], r[f"{metric}_{t}_stderr"])
+                             for t in taus) + " | "
+                + " | ".join(scoring.plus_minus(r[f"{metric}_{t}_norm"],
+                                                r[f"{metric}_{t}_norm_stderr"]) for t in taus)
+                + f" | {r['problems']} of {r['of']} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def on_page_markdown(markdown, page, **kwargs):

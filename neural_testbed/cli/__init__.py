@@ -22,6 +22,7 @@ from neural_testbed.cli import (
     compute,
     listing,
     options,
+    report,
     reproduce,
     scores,
     stores,
@@ -34,9 +35,9 @@ from neural_testbed.run import programs
 __all__ = ["build_parser", "main"]
 
 _PARSERS = {**compute.PARSERS, **scores.PARSERS, **reproduce.PARSERS, **studies.PARSERS,
-            **stores.PARSERS, **listing.PARSERS, **arrays.PARSERS}
+            **stores.PARSERS, **listing.PARSERS, **arrays.PARSERS, **report.PARSERS}
 # The order in which `neural-testbed --help` lists the commands.
-_ORDER = ("run", "sweep", "leaderboard", "compare", "plot", "reproduce", "diagnose",
+_ORDER = ("run", "sweep", "leaderboard", "compare", "plot", "report", "reproduce", "diagnose",
           "correlate", "probe", "tal", "xll", "inputs", "score", "merge", "export", "agents",
           "problems")
 # The commands that compute results into --db.

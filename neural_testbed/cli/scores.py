@@ -233,7 +233,7 @@ def _print_fitted_board(records: Sequence[dict[str, Any]], loss: str, taus: Sequ
     error in one cell, the columns that fit the terminal's width (by priority: scores,
     then coverage and health, then the rest), and the names of those left out."""
     def with_errors(name):
-        return [tables.plus_minus(r.get(name), r.get(f"{name}_stderr")) for r in records]
+        return [scoring.plus_minus(r.get(name), r.get(f"{name}_stderr")) for r in records]
 
     columns = [("agent", tables.cells(records, "agent"), 0)]
     columns += [(f"{loss}_{tau}", with_errors(f"{loss}_{tau}"), 1) for tau in taus]

@@ -7,7 +7,6 @@ keep every column, one meaning each.
 
 from __future__ import annotations
 
-import math
 import shutil
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -15,7 +14,7 @@ from typing import Any
 
 from neural_testbed.leaderboard import scoring
 
-__all__ = ["DEFAULT_WIDTH", "cells", "fitted", "fitted_records", "plus_minus", "truncated",
+__all__ = ["DEFAULT_WIDTH", "cells", "fitted", "fitted_records", "truncated",
            "width", "wrapped"]
 
 DEFAULT_WIDTH = 100  # where no terminal says its width (a pipe, a file)
@@ -24,17 +23,6 @@ DEFAULT_WIDTH = 100  # where no terminal says its width (a pipe, a file)
 def width() -> int:
     """The terminal's width in columns (``COLUMNS`` first), else :data:`DEFAULT_WIDTH`."""
     return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
-
-
-def plus_minus(value: Any, stderr: Any) -> str:
-    """``0.1194±0.0071``: the error to two significant digits, the value to the same
-    decimal place (four significant digits where there is no error)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if stderr is None or not math.isfinite(stderr) or stderr <= 0:
-        return f"{value:.4g}"
-    decimals = max(0, 1 - math.floor(math.log10(stderr)))
-    return f"{value:.{decimals}f}±{stderr:.{decimals}f}"
 
 
 def fitted(columns: Sequence[tuple[str, Sequence[str], int]],

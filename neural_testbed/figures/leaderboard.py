@@ -34,6 +34,7 @@ from neural_testbed.leaderboard import scoring
 __all__ = [
     "best_prior_scales",
     "figure_agent_samples",
+    "figure_frontier",
     "figure_kl_vs_num_train",
     "figure_kl_vs_time",
     "figure_normalised_kl",
@@ -47,6 +48,9 @@ __all__ = [
 _SIZE_FIGURE_2 = (10, 4)  # inches (x canvas.PNG_DPI: the PNG's pixels)
 _SIZE_FIGURES_8_9 = (12, 4)
 _SIZE_FIGURE_10 = (7, 5)
+_SIZE_FRONTIER = (7, 4.5)
+# Marker per kind of machine rows were computed on: times compare only within a kind.
+_DEVICE_MARKERS = {"GPU": "s", "CPU": "o", "mixed": "D", "not recorded": "^"}
 _SIZE_FIGURE_6B = (7, 6)
 _SIZE_FIGURE_7 = (10, 7)
 _PANEL_FIGURE_5 = 3  # inches per panel, plus 1 for the colour bar; 4 high
@@ -327,6 +331,60 @@ def figure_kl_vs_time(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     figure.legend(fontsize=8, loc="outside right upper")  # beside the points, not over them
+    return save_figure(figure, path)
+
+
+def device_kind(computed: str) -> str:
+    """``GPU``, ``CPU``, ``mixed`` or ``not recorded``, from where rows were computed."""
+    gpu = any(word in computed for word in ("GPU", "H100", "H200", "NVIDIA"))
+    cpu = "CPU" in computed
+    return "mixed" if gpu and cpu else "GPU" if gpu else "CPU" if cpu else "not recorded"
+
+
+def figure_frontier(records: Sequence[Mapping[str, Any]], seconds: Mapping[str, float],
+                    devices: Mapping[str, str], path: str | os.PathLike) -> pathlib.Path:
+    """Quality against cost: each agent's d_KL^agg (or NLL^agg) against its train +
+    evaluate seconds per problem, the frontier (the agents no other beats on both) drawn
+    as a line, the marker saying where its rows were computed (:func:`device_kind`).
+
+    Args:
+      records: ``scoring.score_agents`` records, one per agent.
+      seconds: agent -> seconds per problem.
+      devices: agent -> where its rows were computed.
+      path: the PNG file to write (a PDF beside it).
+    """
+    points = [(seconds[r["agent"]], r[f"{r['metric']}_agg"], r) for r in records
+              if _finite(seconds.get(r["agent"])) and seconds[r["agent"]] > 0
+              and _finite(r[f"{r['metric']}_agg"])]
+    if not points:
+        raise ValueError("no agent with a finite score and a positive time to plot")
+    metric = points[0][2]["metric"]
+    colours = _colours(r["agent"] for _, _, r in points)
+    figure = new_figure(_SIZE_FRONTIER)
+    ax = figure.subplots()
+    kinds = set()
+    for x, y, r in points:
+        kind = device_kind(devices.get(r["agent"], ""))
+        kinds.add(kind)
+        ax.scatter([x], [y], s=40, marker=_DEVICE_MARKERS[kind], color=colours[r["agent"]],
+                   label=r["agent"], zorder=3)
+    frontier, best = [], math.inf
+    for x, y, _ in sorted(points, key=lambda p: (p[0], p[1])):
+        if y < best:
+            frontier.append((x, y))
+            best = y
+    ax.step([x for x, _ in frontier], [y for _, y in frontier], where="post", color="grey",
+            linewidth=1, zorder=2)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(_PlainLogFormatter())
+    ax.xaxis.set_minor_formatter(_PlainLogFormatter(minor_thresholds=(2, 0.5)))
+    ax.set_xlabel("seconds per problem (train + evaluate)")
+    ax.set_ylabel(f"{loss_label('agg', metric)}")
+    symbols = {"o": "\u25cb", "s": "\u25a1", "D": "\u25c7", "^": "\u25b3"}
+    ax.set_title(f"{loss_label('agg', metric)} against cost (" + ", ".join(
+        f"{symbols[_DEVICE_MARKERS[k]]} {k}" for k in sorted(kinds)) + ")")
+    ax.grid(alpha=0.3)
+    figure.legend(fontsize=8, loc="outside right upper")
     return save_figure(figure, path)
 
 

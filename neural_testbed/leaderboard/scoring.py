@@ -41,8 +41,10 @@ __all__ = [
     "default_normaliser",
     "format_records",
     "kl_by_setting",
+    "plus_minus",
     "score_agents",
     "score_candidates",
+    "significance_groups",
     "stratified",
     "tuned_candidates",
 ]
@@ -640,6 +642,57 @@ def compare_agents(
                 record["source"] = _source({pid: theirs[pid] for pid in pids})
                 (pooled if setting is None else per_setting).append(record)
     return pooled + per_setting
+
+
+def significance_groups(rows: Iterable[StoredRow], problems: Mapping[str, Any],
+                        selection: str = "same") -> dict[str, dict[int, int]]:
+    """Each agent's significance group at each tau: 1 for the agents that the paired
+    test of :func:`compare_agents` does not find worse than the best (lowest d_KL^tau)
+    agent, 2 for those not worse than the best of the rest, and so on.
+
+    Ranks alone overstate small differences; a group says which agents the sweep cannot
+    tell apart from the leader. Each agent is scored with its globally tuned config, as
+    in ``compare``, and a comparison with no variance estimate (``n/a``) is not a
+    difference. Returns ``{agent: {tau: group}}``.
+    """
+    scores, configs, _ = collect_scores(rows, problems)
+    halves = _halves(problems, selection)
+    report = sorted(halves[1])
+    tuned = {agent: _tuned(agent, scores, configs, problems, "global", halves)[0]
+             for agent in sorted({c[0] for c in scores})}
+    groups: dict[str, dict[int, int]] = {agent: {} for agent in tuned}
+    for tau in _taus(problems):
+        left = sorted((stratified((_setting(problems[pid]), s.loss[tau])  # the column's
+                                  for pid, s in by_pid.items())[0], agent)
+                      for agent, by_pid in tuned.items() if by_pid)
+        group = 0
+        while left:
+            group += 1
+            _, leader = left[0]
+            theirs = tuned[leader]
+            same = []
+            for mean, agent in left:
+                mine = tuned[agent]
+                pairs = [(_setting(problems[pid]), mine[pid].loss[tau] - theirs[pid].loss[tau])
+                         for pid in report if pid in mine and pid in theirs]
+                verdict = _comparison("pooled", agent, leader, None, tau, pairs, len(report),
+                                      0, selection)["verdict"]
+                if agent == leader or verdict != "worse":
+                    same.append((mean, agent))
+                    groups[agent][tau] = group
+            left = [entry for entry in left if entry not in same]
+    return groups
+
+
+def plus_minus(value: Any, stderr: Any) -> str:
+    """``0.1194±0.0071``: the error to two significant digits, the value to the same
+    decimal place (four significant digits where there is no error)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if stderr is None or not math.isfinite(stderr) or stderr <= 0:
+        return f"{value:.4g}"
+    decimals = max(0, 1 - math.floor(math.log10(stderr)))
+    return f"{value:.{decimals}f}±{stderr:.{decimals}f}"
 
 
 def format_cell(value: Any) -> str:

@@ -1,0 +1,412 @@
+"""The static leaderboard site that `neural-testbed report --out DIR` writes.
+
+Benchmarks are read as pages, not terminal tables: this turns stored rows (a store's,
+the published ones, or both) into plain HTML files that open from disk and work on any
+static host. Every number comes from :mod:`neural_testbed.leaderboard.scoring` (the
+leaderboard, its significance groups and ``compare``'s paired tests), so a page says
+what the command line says. The tables are in rank order and readable with scripts
+off; a short script adds sorting by any column and a filter. Figures (the paper's
+Figure 2 and the quality-against-cost frontier) need matplotlib; without it the pages
+say so and carry the tables alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import math
+import os
+import pathlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from neural_testbed import outputs
+from neural_testbed.leaderboard import baselines, counted, scoring
+from neural_testbed.leaderboard import store as store_lib
+
+__all__ = ["Board", "board", "write_site"]
+
+LOCAL = "this store's rows (the machine is not recorded in a row)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Board:
+    """One sweep's leaderboard as the site shows it."""
+
+    sweep: str
+    problems: Mapping[str, Any]
+    rows: Sequence[store_lib.StoredRow]  # the rows that count, each with its source
+    records: Sequence[dict[str, Any]]  # scoring.score_agents, ranked
+    groups: Mapping[str, Mapping[int, int]]  # agent -> tau -> significance group
+    by_setting: Sequence[dict[str, Any]]  # scoring.kl_by_setting
+    normaliser: str
+    devices: Mapping[str, str]  # agent -> where its rows were computed
+    notes: Sequence[str]
+
+    @property
+    def taus(self) -> list[int]:
+        return sorted({t for p in self.problems.values() for t in p.taus})
+
+    @property
+    def metric(self) -> str:
+        return self.records[0]["metric"]
+
+
+def _devices(rows: Iterable[store_lib.StoredRow], sweep: str,
+             published: baselines.Published) -> dict[str, str]:
+    """Agent -> where its rows on ``sweep`` were computed (the published table's record of
+    it, or :data:`LOCAL`), so that times are read per device."""
+    computed = {p["agent"]: p.get("computed", published.computed)
+                for p in published.progress if p["sweep"] == sweep}
+    where: dict[str, set[str]] = {}
+    for row in rows:
+        source = getattr(row, "source", "local")
+        where.setdefault(row.agent, set()).add(
+            computed.get(row.agent, published.computed) if source == "published" else LOCAL)
+    return {agent: "; ".join(sorted(places)) for agent, places in where.items()}
+
+
+def board(rows: Sequence[store_lib.StoredRow], sweep: str, problems: Mapping[str, Any],
+          published_agents: Sequence[str] | None,
+          published: baselines.Published | None = None) -> Board:
+    """The leaderboard of ``sweep`` from a store's ``rows`` and the published rows of
+    ``published_agents`` (None: every published agent the store has no rows of)."""
+    published = baselines.load() if published is None else published
+    counted_rows, notes = counted.counted_rows(rows, problems, published_agents, published)
+    normaliser = scoring.default_normaliser(problems)
+    records, warnings = scoring.score_agents(counted_rows, problems, baseline=normaliser)
+    if not records:
+        raise ValueError(f"no successful results for the {sweep!r} sweep")
+    return Board(sweep, problems, counted_rows, records,
+                 scoring.significance_groups(counted_rows, problems),
+                 scoring.kl_by_setting(counted_rows, problems), normaliser,
+                 _devices(counted_rows, sweep, published), [*notes, *warnings])
+
+
+def _costs(board_: Board, record: Mapping[str, Any]) -> tuple[float, float]:
+    """Mean train and evaluation seconds per problem of a record's config: a problem's
+    training once (every tau's row carries it), its evaluations at every tau added."""
+    train: dict[str, float] = {}
+    evaluate: dict[str, float] = {}
+    hashes = set(str(record["config_hash"]).split(","))
+    for row in board_.rows:
+        if row.agent == record["agent"] and row.config_hash in hashes and row.status == "ok":
+            train[row.problem_id] = row.train_seconds
+            evaluate[row.problem_id] = evaluate.get(row.problem_id, 0.0) + row.eval_seconds
+    if not train:
+        return math.nan, math.nan
+    return sum(train.values()) / len(train), sum(evaluate.values()) / len(evaluate)
+
+
+# ----- HTML ---------------------------------------------------------------------------
+
+_STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:75em;padding:0 1em;color:#222}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}
+th,td{padding:.25em .6em;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
+th{background:#f4f4f4;position:sticky;top:0}
+td.name,th.name{text-align:left}
+tr.g1 td{background:#f2f8ee}
+th button{font:inherit;font-weight:bold;border:0;background:none;cursor:pointer;padding:0}
+.note{color:#555;font-size:90%}
+img{max-width:100%;border:1px solid #eee}
+code,pre{background:#f6f6f6;padding:.1em .3em}
+"""
+
+# Sorting and filtering, added to tables whose cells carry data-value.
+_SCRIPT = """
+document.querySelectorAll('table.sortable').forEach(function(table){
+  var body=table.tBodies[0];
+  table.querySelectorAll('th').forEach(function(th,col){
+    var b=document.createElement('button');b.textContent=th.textContent;
+    b.title='sort by '+th.textContent;th.textContent='';th.appendChild(b);
+    b.addEventListener('click',function(){
+      var up=th.getAttribute('aria-sort')!=='ascending';
+      table.querySelectorAll('th').forEach(function(h){h.removeAttribute('aria-sort');});
+      th.setAttribute('aria-sort',up?'ascending':'descending');
+      var rows=Array.prototype.slice.call(body.rows);
+      rows.sort(function(a,c){
+        var x=a.cells[col].dataset.value,y=c.cells[col].dataset.value;
+        var nx=parseFloat(x),ny=parseFloat(y);
+        var d=(isNaN(nx)||isNaN(ny))?String(x).localeCompare(String(y)):nx-ny;
+        return up?d:-d;});
+      rows.forEach(function(r){body.appendChild(r);});});});
+});
+document.querySelectorAll('input.filter').forEach(function(input){
+  input.hidden=false;
+  var table=document.getElementById(input.dataset.table);
+  input.addEventListener('input',function(){
+    var q=input.value.toLowerCase();
+    Array.prototype.forEach.call(table.tBodies[0].rows,function(r){
+      r.hidden=q&&r.cells[1].textContent.toLowerCase().indexOf(q)<0;});});
+});
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>\n{body}\n"
+            f"<script>{_SCRIPT}</script></body></html>\n")
+
+
+def _cell(value: Any, text: str | None = None, name: bool = False, title: str = "") -> str:
+    """A cell whose shown text may differ from the value it sorts by."""
+    sort = "" if isinstance(value, float) and math.isnan(value) else value
+    attrs = f' data-value="{_e(sort)}"' + (' class="name"' if name else "")
+    attrs += f' title="{_e(title)}"' if title else ""
+    return f"<td{attrs}>{text if text is not None else _e(scoring.format_cell(value))}</td>"
+
+
+def _pm(mean: float, se: float) -> str:
+    return _e(scoring.plus_minus(mean, se))
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", lambda m: f"_{ord(m.group()):x}", name)
+
+
+def agent_page(agent: str) -> str:
+    """The file name of an agent's page."""
+    return f"agent-{_slug(agent)}.html"
+
+
+def compare_page(agent: str, baseline: str, sweep: str) -> str:
+    """The file name of the page comparing two agents on a sweep."""
+    return f"compare-{_slug(sweep)}-{_slug(agent)}-vs-{_slug(baseline)}.html"
+
+
+def _device_keys(boards: Sequence[Board]) -> dict[str, str]:
+    """A short key, (a), (b), ..., for each place rows were computed, in order of first use."""
+    keys: dict[str, str] = {}
+    for b in boards:
+        for record in b.records:
+            for place in b.devices.get(record["agent"], "").split("; "):
+                if place and place not in keys:
+                    keys[place] = chr(ord("a") + len(keys)) if len(keys) < 26 else str(len(keys))
+    return keys
+
+
+def _leaderboard_table(b: Board, keys: Mapping[str, str]) -> str:
+    metric, taus = b.metric, b.taus
+    head = [f"group (tau {'/'.join(map(str, taus))})", "agent", "source", *(f"{metric}_{t}" for t in taus),
+            *(f"{metric}_{t}_norm" for t in taus), f"{metric}_agg", "accuracy", "health",
+            "problems", "train s/problem", "eval s/problem", "computed on", "flag"]
+    table_id = f"board-{_slug(b.sweep)}"
+    lines = [f'<input class="filter" data-table="{table_id}" placeholder="filter agents" hidden>',
+             f'<div class="scroll"><table class="sortable" id="{table_id}"><thead><tr>'
+             + "".join(f'<th{" class=name" if h in ("agent", "source", "flag") else ""}>{_e(h)}</th>'
+                       for h in head) + "</tr></thead><tbody>"]
+    for record in b.records:
+        agent = record["agent"]
+        groups = b.groups.get(agent, {})
+        group_text = "/".join(str(groups.get(t, "-")) for t in taus)
+        train, evaluate = _costs(b, record)
+        places = [p for p in b.devices.get(agent, "").split("; ") if p]
+        cells = [_cell(groups.get(taus[-1], math.nan), _e(group_text),
+                       title=f"significance group at tau = {', '.join(map(str, taus))}"),
+                 _cell(record["label"], f'<a href="{agent_page(agent)}">{_e(record["label"])}'
+                       "</a>", name=True, title=f"config {record['config_hash']}"),
+                 _cell(record["source"], name=True)]
+        cells += [_cell(record[f"{metric}_{t}"], _pm(record[f"{metric}_{t}"],
+                                                          record[f"{metric}_{t}_stderr"]))
+                  for t in taus]
+        cells += [_cell(record[f"{metric}_{t}_norm"], _pm(
+            record[f"{metric}_{t}_norm"], record[f"{metric}_{t}_norm_stderr"])) for t in taus]
+        cells += [_cell(record[f"{metric}_agg"]), _cell(record["accuracy"]),
+                  _cell(record["health"]),
+                  _cell(record["problems"], f"{record['problems']} of {record['of']}"),
+                  _cell(train), _cell(evaluate),
+                  _cell(",".join(keys[p] for p in places),
+                        _e(", ".join(f"({keys[p]})" for p in places)), title="; ".join(places)),
+                  _cell(record["flag"], name=True)]
+        in_first = any(g == 1 for g in groups.values())
+        lines.append(f'<tr{" class=g1" if in_first else ""}>' + "".join(cells) + "</tr>")
+    lines.append("</tbody></table></div>")
+    return "\n".join(lines)
+
+
+def _comparison_table(records: Sequence[Mapping[str, Any]], loss: str) -> str:
+    head = ["scope", "temperature", "num_train", "input_dim", "tau", f"{loss}_diff", "p_value",
+            "pairs", "verdict", "source"]
+    head = [h for h in head if any(h in r for r in records) or h in ("scope",)]
+    lines = ['<table class="sortable"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
+             + "</tr></thead><tbody>"]
+    for r in records:
+        cells = []
+        for h in head:
+            if h == f"{loss}_diff":
+                cells.append(_cell(r[h], _pm(r[h], r["stderr"])))
+            else:
+                cells.append(_cell(r.get(h, ""), name=h in ("scope", "verdict", "source")))
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    lines.append("</tbody></table>")
+    return "\n".join(lines)
+
+
+def _figures(b: Board, out: pathlib.Path) -> tuple[str, list[pathlib.Path]]:
+    """Figure 2 and the frontier of a board as HTML, and the files written."""
+    try:
+        from neural_testbed.figures import leaderboard as figures
+    except ImportError:
+        return ('<p class="note">Figures need matplotlib: pip install '
+                "'neural-testbed[analysis]'.</p>", [])
+    written, parts = [], []
+    taus = b.taus
+    name = f"figure2-{_slug(b.sweep)}.png"
+    try:
+        written.append(figures.figure_normalised_kl(
+            b.records, out / name, b.normaliser, (taus[0], taus[-1])))
+        parts.append(f'<figure><img src="{name}" alt="Figure 2 of {_e(b.sweep)}"><figcaption>'
+                     f"Each agent's {b.metric} "
+                     + (f"divided by {_e(b.normaliser)}'s" if any(
+                         math.isfinite(r[f"{b.metric}_{taus[0]}_norm"]) for r in b.records)
+                        else f"(raw: no {_e(b.normaliser)} rows to normalise by)")
+                     + f', with standard errors (<a href="{name[:-4]}.pdf">PDF</a>).'
+                     "</figcaption></figure>")
+    except ValueError as error:
+        parts.append(f'<p class="note">No Figure 2: {_e(error)}</p>')
+    costs = {r["agent"]: sum(_costs(b, r)) for r in b.records if "[default]" not in r["label"]}
+    name = f"frontier-{_slug(b.sweep)}.png"
+    try:
+        written.append(figures.figure_frontier(
+            [r for r in b.records if "[default]" not in r["label"]], costs, b.devices,
+            out / name))
+        parts.append(f'<figure><img src="{name}" alt="quality against cost on '
+                     f'{_e(b.sweep)}"><figcaption>{_e(b.metric)}_agg against train + evaluate '
+                     "seconds per problem; the line joins the agents no other beats on both. "
+                     f'Markers say where rows were computed: compare times within one kind (<a '
+                     f'href="{name[:-4]}.pdf">PDF</a>).</figcaption></figure>')
+    except ValueError as error:
+        parts.append(f'<p class="note">No frontier figure: {_e(error)}</p>')
+    return "\n".join(parts), written
+
+
+def _index(boards: Sequence[Board], keys: Mapping[str, str], figures: Mapping[str, str],
+           title: str) -> str:
+    parts = [f"<h1>{_e(title)}</h1>",
+             "<p>Each agent's globally tuned config on each sweep: the mean loss over the "
+             "sweep's problems at each tau with its stratified standard error, normalised by "
+             "the baseline's, and its cost. <b>group</b> is the significance group at each tau "
+             "(1: the paired test of <code>neural-testbed compare</code> does not find it worse "
+             "than the best agent at 5%; 2: not worse than the best of the rest; ...); rows in "
+             "group 1 at some tau are shaded. Click a column to sort.</p>"]
+    parts.append("<nav>" + " · ".join(f'<a href="#{_slug(b.sweep)}">{_e(b.sweep)}</a>'
+                                      for b in boards) + "</nav>")
+    for b in boards:
+        parts.append(f'<h2 id="{_slug(b.sweep)}">{_e(b.sweep)}: {len(b.problems)} problems, '
+                     f"tau in {{{', '.join(map(str, b.taus))}}}</h2>")
+        parts.append(_leaderboard_table(b, keys))
+        if b.notes:
+            parts.append('<ul class="note">' + "".join(f"<li>{_e(n)}</li>" for n in b.notes)
+                         + "</ul>")
+        parts.append(figures.get(b.sweep, ""))
+    parts.append("<h2>Where rows were computed</h2><ul>" + "".join(
+        f"<li>({k}) {_e(place)}</li>" for place, k in keys.items()) + "</ul>"
+        '<p class="note">Times compare only between rows computed on the same kind of '
+        "machine.</p>")
+    return _page(title, "\n".join(parts))
+
+
+def _settings_table(b: Board, agent: str) -> str:
+    """An agent's mean loss per setting (a row) and tau (a column), with standard errors."""
+    metric, taus = b.metric, b.taus
+    mine = [r for r in b.by_setting if r["agent"] == agent]
+    keys = [h for h in ("temperature", "num_train", "input_dim") if any(h in r for r in mine)]
+    by_setting: dict[tuple, dict[int, Mapping[str, Any]]] = {}
+    for r in mine:
+        by_setting.setdefault(tuple(r.get(k) for k in keys), {})[r["tau"]] = r
+    head = [*keys, *(f"{metric}_{t}" for t in taus), "problems"]
+    lines = ['<table class="sortable"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
+             + "</tr></thead><tbody>"]
+    for setting, at in by_setting.items():
+        cells = [_cell(v) for v in setting]
+        cells += [_cell(at[t][metric], _pm(at[t][metric], at[t][f"{metric}_stderr"]))
+                  if t in at else _cell(math.nan, "n/a") for t in taus]
+        cells.append(_cell(next(iter(at.values()))["problems"]))
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    return "\n".join([*lines, "</tbody></table>"])
+
+
+def _agent(agent: str, boards: Sequence[Board], pairs: Mapping[str, str]) -> str:
+    parts = [f'<p><a href="index.html">leaderboard</a></p><h1>{_e(agent)}</h1>']
+    for b in boards:
+        mine = [r for r in b.records if r["agent"] == agent]
+        if not mine:
+            continue
+        record = mine[0]
+        parts.append(f"<h2>{_e(b.sweep)}</h2><p>rank {b.records.index(record) + 1} of "
+                     f"{len(b.records)}; source: {_e(record['source'])}; computed on: "
+                     f"{_e(b.devices.get(agent, ''))}</p>")
+        try:
+            config = json.dumps(json.loads(record["config"]), indent=1)
+        except (TypeError, ValueError):
+            config = str(record["config"])
+        parts.append(f"<p>config {_e(record['config_hash'])}:</p><pre>{_e(config)}</pre>")
+        parts.append(_settings_table(b, agent))
+        if b.sweep in pairs:
+            other = pairs[b.sweep]
+            parts.append(f'<p><a href="{compare_page(agent, other, b.sweep)}">{_e(agent)} '
+                         f"against {_e(other)}</a>, per setting.</p>")
+    return _page(f"{agent}: neural-testbed", "\n".join(parts))
+
+
+def _compare(agent: str, baseline: str, b: Board) -> str:
+    pair = [r for r in b.rows if r.agent in (agent, baseline)]  # all compare reads
+    records = scoring.compare_agents(pair, b.problems, agent, [baseline])
+    return _page(f"{agent} vs {baseline} on {b.sweep}", "\n".join([
+        f'<p><a href="index.html">leaderboard</a> · <a href="{agent_page(agent)}">'
+        f"{_e(agent)}</a></p><h1>{_e(agent)} against {_e(baseline)} on {_e(b.sweep)}</h1>",
+        f"<p>Paired differences ({_e(agent)} minus {_e(baseline)}, problem by problem; "
+        "negative is better) pooled over the sweep, then per setting, with two-sided "
+        "t-tests, as <code>neural-testbed compare</code> prints them.</p>",
+        _comparison_table(records, b.metric)]))
+
+
+def write_site(out: str | os.PathLike, boards: Sequence[Board],
+               comparisons: Iterable[tuple[str, str]] = (),
+               title: str = "neural-testbed leaderboard") -> list[pathlib.Path]:
+    """Writes ``index.html``, a page per agent, a comparison page per agent against its
+    sweep's leader (and per pair of ``comparisons``) and the figures into ``out``
+    (created if missing); returns the files written. Existing files of other names are
+    left alone."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    keys = _device_keys(boards)
+    written: list[pathlib.Path] = []
+    figures = {}
+    for b in boards:
+        figures[b.sweep], files = _figures(b, out)
+        written += files
+
+    def write(name: str, text: str) -> None:
+        with outputs.written_whole(out / name, "w") as file:
+            file.write(text)
+        written.append(out / name)
+
+    write("index.html", _index(boards, keys, figures, title))
+    agents = sorted({r["agent"] for b in boards for r in b.records})
+    for agent in agents:
+        pairs = {}
+        for b in boards:
+            names = [r["agent"] for r in b.records if "[default]" not in r["label"]]
+            if agent in names and len(names) > 1:
+                pairs[b.sweep] = names[1] if names[0] == agent else names[0]
+        for b in boards:
+            if b.sweep in pairs:
+                write(compare_page(agent, pairs[b.sweep], b.sweep),
+                      _compare(agent, pairs[b.sweep], b))
+        write(agent_page(agent), _agent(agent, boards, pairs))
+    for agent, baseline in comparisons:
+        for b in boards:
+            present = {r["agent"] for r in b.records}
+            if agent in present and baseline in present:
+                write(compare_page(agent, baseline, b.sweep), _compare(agent, baseline, b))
+    return written
