@@ -59,16 +59,17 @@ _GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
 
 
 # Each built-in agent's colour, the same in every figure whatever else a figure holds:
-# Okabe & Ito's colour-blind-safe set, then Paul Tol's "muted" one where the seven run
-# out, greys for the trivial baselines; related agents (ensemble, ensemble+) share a hue,
-# dark and light. Agents that share a colour never share a figure (gp, oracle_gp and cnp
-# are regression agents; knn, random_forest and the trivial ones classification only).
+# Okabe & Ito's colour-blind-safe set, then Paul Tol's where the seven run out; related
+# agents (ensemble, ensemble+) share a hue, dark and light; a grey for uniform. The rest
+# were chosen so that no two agents that can share a figure (the classification agents,
+# the regression agents) are closer than 10 in CIELAB (Delta E 1976) under normal vision
+# or simulated protan-, deutan- or tritanopia (tests/figures/test_leaderboard.py).
 _AGENT_COLOURS = {
     "ensemble": "#0072B2", "ensemble+": "#56B4E9", "hypermodel": "#332288",
     "epinet": "#D55E00", "dropout": "#E69F00", "bbb": "#CC79A7", "sgmcmc": "#009E73",
-    "laplace": "#882255", "knn": "#999933", "random_forest": "#F0E442",
+    "laplace": "#663333", "knn": "#999933", "random_forest": "#F0E442",
     "deep_kernel": "#117733", "mlp": "#555555", "uniform": "#BBBBBB",
-    "average_class_probs": "#888888", "oracle_gp": "#AA4499", "gp": "#CC6677",
+    "average_class_probs": "#AA3377", "oracle_gp": "#99DDFF", "gp": "#FFAABB",
     "cnp": "#DDCC77",
 }
 # For other agents (sorted by name): the rest of Tol's muted set, then his "light" set.

@@ -7,6 +7,7 @@ import struct
 
 import jax
 import matplotlib
+import numpy as np
 import pytest
 
 from neural_testbed import agents, base, leaderboard
@@ -187,6 +188,45 @@ def test_log_axes_are_labelled_in_plain_numbers_below_one():
               for t in ax.xaxis.get_ticklabels(minor=minor) if t.get_text()]
     assert {"0.3", "1", "10", "20"} <= set(labels), labels
     assert not any("e" in label for label in labels), labels
+
+
+# Machado, Oliveira & Fernandes (2009): linear-RGB matrices simulating each dichromacy at
+# severity 1.
+_VISION = {
+    "normal": np.eye(3),
+    "protanopia": np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                            [-0.003882, -0.048116, 1.051998]]),
+    "deuteranopia": np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                              [-0.011820, 0.042940, 0.968881]]),
+    "tritanopia": np.array([[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602],
+                            [0.004733, 0.691367, 0.303900]]),
+}
+
+
+def _lab(colour: str, vision: np.ndarray) -> np.ndarray:
+    """CIELAB (D65) of an sRGB colour as a viewer of ``vision`` sees it."""
+    srgb = np.array(matplotlib.colors.to_rgb(colour))
+    linear = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722],
+                    [0.0193, 0.1192, 0.9505]]) @ np.clip(vision @ linear, 0, 1)
+    xyz = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+@pytest.mark.parametrize("vision", list(_VISION))
+@pytest.mark.parametrize("target", ["classification", "regression"])
+def test_agents_that_share_a_figure_stay_apart_for_colour_blind_readers(target, vision):
+    """Delta E 1976 of at least 10 between every two built-in agents of one target (a
+    figure shows one sweep, of one target), as each dichromacy sees them (about 2.3 is a
+    just-noticeable difference; the old palette had mlp and laplace 1.4 apart for a
+    deuteranope)."""
+    names = [n for n in registry._BUILT_IN if target in agents.get_agent(n).targets]
+    colours = figures._colours(names)
+    seen = {n: _lab(colours[n], _VISION[vision]) for n in names}
+    closest = min((float(np.linalg.norm(seen[a] - seen[b])), a, b)
+                  for i, a in enumerate(names) for b in names[i + 1:])
+    assert closest[0] >= 10, closest
 
 
 def test_an_agent_keeps_its_colour_whatever_else_a_figure_holds():
