@@ -28,9 +28,6 @@ from neural_testbed.leaderboard import store as store_lib
 
 __all__ = ["Board", "board", "write_site"]
 
-LOCAL = "this store's rows (the machine is not recorded in a row)"
-
-
 @dataclasses.dataclass(frozen=True)
 class Board:
     """One sweep's leaderboard as the site shows it."""
@@ -54,20 +51,6 @@ class Board:
         return self.records[0]["metric"]
 
 
-def _devices(rows: Iterable[store_lib.StoredRow], sweep: str,
-             published: baselines.Published) -> dict[str, str]:
-    """Agent -> where its rows on ``sweep`` were computed (the published table's record of
-    it, or :data:`LOCAL`), so that times are read per device."""
-    computed = {p["agent"]: p.get("computed", published.computed)
-                for p in published.progress if p["sweep"] == sweep}
-    where: dict[str, set[str]] = {}
-    for row in rows:
-        source = getattr(row, "source", "local")
-        where.setdefault(row.agent, set()).add(
-            computed.get(row.agent, published.computed) if source == "published" else LOCAL)
-    return {agent: "; ".join(sorted(places)) for agent, places in where.items()}
-
-
 def board(rows: Sequence[store_lib.StoredRow], sweep: str, problems: Mapping[str, Any],
           published_agents: Sequence[str] | None,
           published: baselines.Published | None = None) -> Board:
@@ -82,7 +65,7 @@ def board(rows: Sequence[store_lib.StoredRow], sweep: str, problems: Mapping[str
     return Board(sweep, problems, counted_rows, records,
                  scoring.significance_groups(counted_rows, problems),
                  scoring.kl_by_setting(counted_rows, problems), normaliser,
-                 _devices(counted_rows, sweep, published), [*notes, *warnings])
+                 baselines.computed_on(published, counted_rows), [*notes, *warnings])
 
 
 def _costs(board_: Board, record: Mapping[str, Any]) -> tuple[float, float]:

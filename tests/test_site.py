@@ -242,3 +242,17 @@ def test_the_site_in_a_browser_sorts_filters_and_shows_its_figures(written, tmp_
         finally:
             browser.close()
     assert (shots / "report-index.png").stat().st_size > 10_000
+
+
+def test_published_rows_say_where_their_part_of_the_table_was_computed():
+    """Each published row by its (agent, sweep) part's record; a store's rows as local."""
+    published = baselines.Published(
+        version="v", computed="somewhere", rows=(), definitions={},
+        progress=({"agent": "best", "sweep": "paper", "problems": 20, "of": 20,
+                   "computed": "on a 2-core x86_64 CPU"},),
+        sweeps={"paper": frozenset(PROBLEMS)})
+    rows = _rows()
+    mixed = [dataclasses.replace(r, source="published") if r.agent == "best" else r
+             for r in rows]
+    assert baselines.computed_on(published, mixed) == {
+        "best": "on a 2-core x86_64 CPU", "close": baselines.LOCAL, "far": baselines.LOCAL}

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import pathlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -27,9 +28,9 @@ from neural_testbed import base, generative
 from neural_testbed.agents import host, registry
 from neural_testbed.figures.canvas import loss_label, new_figure, save_figure, tau_label
 from neural_testbed.generative import datasets
+from neural_testbed.leaderboard import baselines, scoring
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
-from neural_testbed.leaderboard import scoring
 
 __all__ = [
     "best_prior_scales",
@@ -283,9 +284,11 @@ def figure_kl_vs_time(
     path: str | os.PathLike,
     baseline: str = "mlp",
     tau: int = 100,
+    devices: Mapping[str, str] | None = None,
 ) -> pathlib.Path:
     """The paper's Figure 10: normalised d_KL^tau (tau = 100 there) against seconds per
-    problem.
+    problem; with ``devices`` (agent -> where its rows were computed) naming more than one
+    kind of machine, the marker says which.
 
     One point per config, coloured by agent; a config scored on fewer problems
     than the most complete one is drawn hollow. When ``baseline_kl`` is not a
@@ -310,6 +313,7 @@ def figure_kl_vs_time(
     colours = _colours((r["agent"] for r in records), baseline)
     most = max(r["problems"] for r in records)
     names = _source_labels(records)
+    markers, key = _device_markers({r["agent"] for r in records}, devices or {})
     figure = new_figure(_SIZE_FIGURE_10)
     ax = figure.subplots()
     for agent in sorted({r["agent"] for r in records}):
@@ -318,6 +322,7 @@ def figure_kl_vs_time(
         ax.scatter([r["seconds_per_problem"] for r in mine],
                    [r[f"{r['metric']}_{tau}"] / divisor for r in mine],
                    label=names[agent], s=30, edgecolors=colours[agent], linewidths=1.2,
+                   marker=markers[agent],
                    facecolors=[colours[agent] if f else "none" for f in full])
     ax.set_xscale("log")
     ax.set_xlabel("seconds per problem (train + evaluate)")
@@ -329,6 +334,7 @@ def figure_kl_vs_time(
     title = f"{loss_label(tau)} against compute, one point per config"
     if not all(r["problems"] == most for r in records):
         title += "\n(hollow: scored on fewer problems)"
+    title += key
     ax.set_title(title)
     ax.grid(alpha=0.3)
     figure.legend(fontsize=8, loc="outside right upper")  # beside the points, not over them
@@ -338,8 +344,23 @@ def figure_kl_vs_time(
 def device_kind(computed: str) -> str:
     """``GPU``, ``CPU``, ``mixed`` or ``not recorded``, from where rows were computed."""
     gpu = any(word in computed for word in ("GPU", "H100", "H200", "NVIDIA"))
-    cpu = "CPU" in computed
+    # "on a 2-core x86_64 CPU" ran on the CPU; a GPU machine's "(16 CPU cores)" did not.
+    cpu = re.search(r"\d+-core \S+ CPU", computed) is not None or (
+        "CPU" in computed and not gpu)
     return "mixed" if gpu and cpu else "GPU" if gpu else "CPU" if cpu else "not recorded"
+
+
+def _device_markers(agents: Iterable[str], devices: Mapping[str, str],
+                    ) -> tuple[dict[str, str], str]:
+    """A marker per agent by the kind of machine its rows ran on, and the title's key to
+    them; one kind (or nothing known) is circles and no key."""
+    kinds = {agent: device_kind(devices.get(agent, "")) for agent in agents}
+    if len(set(kinds.values())) <= 1:
+        return {agent: "o" for agent in kinds}, ""
+    symbols = {"o": "\u25cb", "s": "\u25a1", "D": "\u25c7", "^": "\u25b3"}
+    key = ", ".join(f"{symbols[_DEVICE_MARKERS[k]]} {k}" for k in sorted(set(kinds.values())))
+    return ({agent: _DEVICE_MARKERS[kind] for agent, kind in kinds.items()},
+            f"\n({key}: compare times within one marker)")
 
 
 def figure_frontier(records: Sequence[Mapping[str, Any]], seconds: Mapping[str, float],
@@ -361,13 +382,11 @@ def figure_frontier(records: Sequence[Mapping[str, Any]], seconds: Mapping[str, 
         raise ValueError("no agent with a finite score and a positive time to plot")
     metric = points[0][2]["metric"]
     colours = _colours(r["agent"] for _, _, r in points)
+    markers, key = _device_markers((r["agent"] for _, _, r in points), devices)
     figure = new_figure(_SIZE_FRONTIER)
     ax = figure.subplots()
-    kinds = set()
     for x, y, r in points:
-        kind = device_kind(devices.get(r["agent"], ""))
-        kinds.add(kind)
-        ax.scatter([x], [y], s=40, marker=_DEVICE_MARKERS[kind], color=colours[r["agent"]],
+        ax.scatter([x], [y], s=40, marker=markers[r["agent"]], color=colours[r["agent"]],
                    label=r["agent"], zorder=3)
     frontier, best = [], math.inf
     for x, y, _ in sorted(points, key=lambda p: (p[0], p[1])):
@@ -381,9 +400,7 @@ def figure_frontier(records: Sequence[Mapping[str, Any]], seconds: Mapping[str, 
     ax.xaxis.set_minor_formatter(_PlainLogFormatter(minor_thresholds=(2, 0.5)))
     ax.set_xlabel("seconds per problem (train + evaluate)")
     ax.set_ylabel(f"{loss_label('agg', metric)}")
-    symbols = {"o": "\u25cb", "s": "\u25a1", "D": "\u25c7", "^": "\u25b3"}
-    ax.set_title(f"{loss_label('agg', metric)} against cost (" + ", ".join(
-        f"{symbols[_DEVICE_MARKERS[k]]} {k}" for k in sorted(kinds)) + ")")
+    ax.set_title(f"{loss_label('agg', metric)} against cost{key}")
     ax.grid(alpha=0.3)
     figure.legend(fontsize=8, loc="outside right upper")
     return save_figure(figure, path)
@@ -485,6 +502,8 @@ def save_figures(
                          "`neural-testbed sweep` (or `run`) on this sweep first")
     out_dir.mkdir(parents=True, exist_ok=True)
     settings = scoring.kl_by_setting(rows, problems, tuning="per-setting")
+    published = any(getattr(r, "source", "local") == "published" for r in rows)
+    devices = baselines.computed_on(baselines.load(), rows) if published else {}
     global_tuned = scoring.score_agents(rows, problems, tuning="global", baseline=baseline)[0]
     default = configs_lib.config_hash(baseline, registry.AGENTS[baseline].default) \
         if baseline in registry.AGENTS else None
@@ -495,7 +514,7 @@ def save_figures(
         figure_kl_vs_num_train(settings, small, out_dir / "figure8.png", baseline),
         figure_kl_vs_num_train(settings, big, out_dir / "figure9.png", baseline),
         figure_kl_vs_time(scoring.score_candidates(rows, problems), base_kl,
-                          out_dir / "figure10.png", baseline, big),
+                          out_dir / "figure10.png", baseline, big, devices),
     ]
     priors = {prior_function_label(json.loads(r.config) or {}) for r in rows
               if r.agent == "ensemble+" and r.problem_id in problems}

@@ -32,14 +32,16 @@ from neural_testbed.leaderboard import store as store_lib
 
 __all__ = [
     "FORMAT_VERSION",
+    "LOCAL",
     "PUBLISHED_TABLE",
     "Published",
     "Reproduction",
     "agreement",
     "build_table",
+    "computed_on",
     "load",
-    "reproduce",
     "paired_agreement",
+    "reproduce",
     "reproduce_sample",
     "rows_for",
     "write_table",
@@ -86,6 +88,26 @@ class Published:
 def _problem_signature(problem) -> tuple:
     return (int(problem.key_seed), int(problem.num_test), int(problem.num_samples),
             tuple(int(t) for t in problem.taus))
+
+
+LOCAL = "this store's rows (the machine is not recorded in a row)"
+
+
+def computed_on(published: Published, rows: Iterable[store_lib.StoredRow]) -> dict[str, str]:
+    """Agent -> where its ``rows`` were computed: for published rows the table's record of
+    each (agent, sweep) part they come from, for a store's rows :data:`LOCAL`; several
+    places are joined by "; ". Times compare only between rows of one kind of machine."""
+    by_sweep = {(p["agent"], p["sweep"]): p.get("computed", published.computed)
+                for p in published.progress}
+    where: dict[str, set[str]] = {}
+    for row in rows:
+        if getattr(row, "source", "local") != "published":
+            where.setdefault(row.agent, set()).add(LOCAL)
+            continue
+        places = {stamp for (agent, sweep), stamp in by_sweep.items()
+                  if agent == row.agent and row.problem_id in published.sweeps.get(sweep, ())}
+        where.setdefault(row.agent, set()).update(places or {published.computed})
+    return {agent: "; ".join(sorted(places)) for agent, places in where.items()}
 
 
 def build_table(rows: Iterable[store_lib.StoredRow], sweeps: Mapping[str, Mapping[str, Any]],

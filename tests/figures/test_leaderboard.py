@@ -240,3 +240,15 @@ def test_an_agent_keeps_its_colour_whatever_else_a_figure_holds():
     assert mine["hypermodel"] == everyone["hypermodel"]
     assert mine["aaa_mine"] != mine["zz_mine"]
     assert not {mine["aaa_mine"], mine["zz_mine"]} & set(everyone.values())
+
+
+@pytest.mark.parametrize("computed, kind", [
+    ("2026-11-27 on a 2-core x86_64 CPU, JAX 0.10.2", "CPU"),
+    ("2026-11-27 on an NVIDIA H200 machine (16 CPU cores), JAX 0.11.2", "GPU"),
+    ("begun on an NVIDIA H200 (16 CPU cores) and continued on a 2-core x86_64 CPU", "mixed"),
+    ("this store's rows (the machine is not recorded in a row)", "not recorded"),
+])
+def test_the_kind_of_machine_is_read_from_where_rows_were_computed(computed, kind):
+    """A GPU machine's host cores do not make it a CPU run; Figures 10 and the frontier
+    mark points by this kind, so that times are compared within one."""
+    assert figures.device_kind(computed) == kind
