@@ -22,8 +22,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from neural_testbed import outputs
-from neural_testbed.leaderboard import baselines, counted, scoring
+from neural_testbed import base, outputs
+from neural_testbed.agents import registry
+from neural_testbed.leaderboard import baselines, configs, counted, model_costs, scoring
 from neural_testbed.leaderboard import store as store_lib
 
 __all__ = ["Board", "board", "write_site"]
@@ -41,6 +42,9 @@ class Board:
     normaliser: str
     devices: Mapping[str, str]  # agent -> where its rows were computed
     notes: Sequence[str]
+    largest: str = ""  # the problem the model costs are of (the sweep's largest)
+    costs: Mapping[str, model_costs.ModelCost | None] = dataclasses.field(
+        default_factory=dict)  # registered agent -> its default config's cost there
 
     @property
     def taus(self) -> list[int]:
@@ -62,10 +66,21 @@ def board(rows: Sequence[store_lib.StoredRow], sweep: str, problems: Mapping[str
     records, warnings = scoring.score_agents(counted_rows, problems, baseline=normaliser)
     if not records:
         raise ValueError(f"no successful results for the {sweep!r} sweep")
+    largest = max(problems.values(), key=lambda p: (p.num_train, base.Shapes.of(p).input_dim,
+                                                    p.problem_id))
+    costs = {}
+    for agent in sorted({r["agent"] for r in records} & set(registry.AGENTS)):
+        try:
+            costs[agent] = model_costs.model_cost(agent, largest)
+        except Exception as error:  # an agent's own error: said, and the others measured
+            costs[agent] = None
+            warnings.append(f"{agent}'s state size and FLOPs not measured: "
+                            f"{type(error).__name__}: {error}")
     return Board(sweep, problems, counted_rows, records,
                  scoring.significance_groups(counted_rows, problems),
                  scoring.kl_by_setting(counted_rows, problems), normaliser,
-                 baselines.computed_on(published, counted_rows), [*notes, *warnings])
+                 baselines.computed_on(published, counted_rows), [*notes, *warnings],
+                 largest.problem_id, costs)
 
 
 def _costs(board_: Board, record: Mapping[str, Any]) -> tuple[float, float]:
@@ -177,11 +192,31 @@ def _device_keys(boards: Sequence[Board]) -> dict[str, str]:
     return keys
 
 
+def _default_hash(agent: str) -> str:
+    spec = registry.AGENTS.get(agent)
+    return "" if spec is None else configs.config_hash(agent, spec.default)
+
+
+def _cost_cells(b: Board, agent: str, is_default: bool) -> list[str]:
+    """The state size and FLOPs of the agent's default config (what :func:`board` measured),
+    shown only on a row of that config."""
+    cost = b.costs.get(agent)
+    why = (f"the default config at {b.largest}" if cost is not None and is_default else
+           "not the default config" if cost is not None else
+           "trains outside JAX, or not a registered agent")
+    if cost is None or not is_default:
+        return [_cell(math.nan, "n/a", title=why), _cell(math.nan, "n/a", title=why)]
+    return [_cell(cost.state_floats, f"{cost.state_floats:,}", title=why),
+            _cell(cost.flops_per_input, _e(scoring.format_cell(cost.flops_per_input)),
+                  title=why)]
+
+
 def _leaderboard_table(b: Board, keys: Mapping[str, str]) -> str:
     metric, taus = b.metric, b.taus
     head = [f"group (tau {'/'.join(map(str, taus))})", "agent", "source", *(f"{metric}_{t}" for t in taus),
             *(f"{metric}_{t}_norm" for t in taus), f"{metric}_agg", "accuracy", "health",
-            "problems", "train s/problem", "eval s/problem", "computed on", "flag"]
+            "problems", "train s/problem", "eval s/problem", "computed on", "state floats",
+            "FLOPs/input", "flag"]
     table_id = f"board-{_slug(b.sweep)}"
     lines = [f'<input class="filter" data-table="{table_id}" placeholder="filter agents" hidden>',
              f'<div class="scroll"><table class="sortable" id="{table_id}"><thead><tr>'
@@ -209,6 +244,8 @@ def _leaderboard_table(b: Board, keys: Mapping[str, str]) -> str:
                   _cell(train), _cell(evaluate),
                   _cell(",".join(keys[p] for p in places),
                         _e(", ".join(f"({keys[p]})" for p in places)), title="; ".join(places)),
+                  *_cost_cells(b, agent, "[default]" in record["label"] or
+                               record["config_hash"] == _default_hash(agent)),
                   _cell(record["flag"], name=True)]
         in_first = any(g == 1 for g in groups.values())
         lines.append(f'<tr{" class=g1" if in_first else ""}>' + "".join(cells) + "</tr>")
@@ -280,7 +317,11 @@ def _index(boards: Sequence[Board], keys: Mapping[str, str], figures: Mapping[st
              "the baseline's, and its cost. <b>group</b> is the significance group at each tau "
              "(1: the paired test of <code>neural-testbed compare</code> does not find it worse "
              "than the best agent at 5%; 2: not worse than the best of the rest; ...); rows in "
-             "group 1 at some tau are shaded. Click a column to sort.</p>"]
+             "group 1 at some tau are shaded. <b>state floats</b> and <b>FLOPs/input</b> are "
+             "of the agent's default config at the sweep's largest problem (each cell's tooltip "
+             "names it): the floating-point numbers of its trained state and XLA's count of "
+             "floating-point operations for one belief sample at one input; unlike seconds "
+             "they do not depend on the machine. Click a column to sort.</p>"]
     parts.append("<nav>" + " · ".join(f'<a href="#{_slug(b.sweep)}">{_e(b.sweep)}</a>'
                                       for b in boards) + "</nav>")
     for b in boards:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from neural_testbed import cli, leaderboard, site
-from neural_testbed.leaderboard import baselines, scoring
+from neural_testbed.leaderboard import baselines, model_costs, scoring
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.run import rows as run_rows
 
@@ -185,6 +185,12 @@ def test_report_writes_the_published_leaderboard_without_a_store(tmp_path, capsy
     published = {p["agent"] for p in baselines.load().progress
                  if p["sweep"] == "paper" and p["problems"]}
     assert agents == {f"{a} [published]" for a in published}
+    header = next(r for r in page.rows if r[1:2] == ["agent"])
+    mlp = dict(zip(header, next(r for r in page.rows if r[1] == "mlp [published]")))
+    assert (mlp["state floats"], mlp["FLOPs/input"]) == (  # mlp (50, 50) at d = 2, K = 2
+        "2,802", scoring.format_cell(model_costs.model_cost(
+            "mlp", leaderboard.get_sweep("paper")["classification_2d/69"]  # the largest, T = 1000
+        ).flops_per_input))
 
 
 @pytest.mark.parametrize("argv, message", [
