@@ -103,6 +103,7 @@ def _costs(board_: Board, record: Mapping[str, Any]) -> tuple[float, float]:
 _STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:75em;padding:0 1em;color:#222}
 .scroll{overflow-x:auto}
+figure.chart{display:inline-block;vertical-align:top;max-width:440px;margin:0 1em 1em 0}
 table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}
 th,td{padding:.25em .6em;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
 th{background:#f4f4f4;position:sticky;top:0}
@@ -339,15 +340,87 @@ def _index(boards: Sequence[Board], keys: Mapping[str, str], figures: Mapping[st
     return _page(title, "\n".join(parts))
 
 
+def _panel_name(values: Iterable[Any]) -> str:
+    """What the first element of the sweep's strata is (``base.Problem.stratum``)."""
+    first = next(iter(values), None)
+    return ("(d, noise variance)" if isinstance(first, tuple) else
+            "dataset" if isinstance(first, str) else "temperature")
+
+
+_SERIES = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#332288",
+           "#882255", "#999933")  # one per panel of a chart (Okabe-Ito, then Tol)
+
+
+def _chart(b: Board, agent: str, tau: int, width: int = 420, height: int = 260) -> str:
+    """An inline SVG of the agent's mean loss against T at ``tau``, a line per panel
+    (temperature, or (d, noise), or dataset) and input dimension, the normaliser dashed;
+    each point's tooltip gives its value and standard error. No script, no library."""
+    metric = b.metric
+    mine = [r for r in b.by_setting if r["tau"] == tau and r["agent"] in (agent, b.normaliser)
+            and math.isfinite(r[metric]) and r[metric] > 0]
+    if not mine or not any(r["agent"] == agent for r in mine):
+        return ""
+    xs = sorted({r["num_train"] for r in mine})
+    ys = [r[metric] for r in mine]
+    lo, hi = math.log10(min(ys)), math.log10(max(ys))
+    hi = hi if hi > lo else lo + 1
+    left, right, top, bottom = 56, 10, 20, 30
+    panel_name = _panel_name(r["temperature"] for r in mine)
+    x_of = {t: left + (i + 0.5) * (width - left - right) / len(xs) for i, t in enumerate(xs)}
+    y_of = lambda v: top + (hi - math.log10(v)) / (hi - lo) * (height - top - bottom)
+    panels = sorted({(str(r["temperature"]), str(r.get("input_dim", ""))) for r in mine})
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'role="img" aria-label="{_e(agent)}: {_e(metric)} against T at tau = {tau}">',
+             f'<rect x="{left}" y="{top}" width="{width - left - right}" '
+             f'height="{height - top - bottom}" fill="none" stroke="#999"/>',
+             f'<text x="{width / 2}" y="14" text-anchor="middle" font-size="12">'
+             f"{_e(metric)} at tau = {tau} (log scale)</text>"]
+    for t, x in x_of.items():
+        parts.append(f'<text x="{x:.1f}" y="{height - 12}" text-anchor="middle" '
+                     f'font-size="10">{t}</text>')
+    parts.append(f'<text x="{width / 2}" y="{height - 1}" text-anchor="middle" '
+                 'font-size="10">T (training pairs)</text>')
+    for value in (10 ** lo, 10 ** hi):
+        parts.append(f'<text x="{left - 4}" y="{y_of(value) + 3:.1f}" text-anchor="end" '
+                     f'font-size="10">{value:.2g}</text>')
+    for i, panel in enumerate(panels):
+        colour = _SERIES[i % len(_SERIES)]
+        for who in (b.normaliser, agent):
+            line = sorted((r["num_train"], r) for r in mine if r["agent"] == who
+                          and (str(r["temperature"]), str(r.get("input_dim", ""))) == panel)
+            if not line or (who == b.normaliser and who == agent and line is None):
+                continue
+            dash = ' stroke-dasharray="4 3" opacity="0.6"' if who != agent else ""
+            points = " ".join(f"{x_of[t]:.1f},{y_of(r[metric]):.1f}" for t, r in line)
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '
+                         f'stroke-width="1.5"{dash}/>')
+            for t, r in line:
+                parts.append(
+                    f'<circle cx="{x_of[t]:.1f}" cy="{y_of(r[metric]):.1f}" r="3" '
+                    f'fill="{colour if who == agent else "white"}" stroke="{colour}"><title>'
+                    f"{_e(who)}, {_e(panel_name)} {_e(panel[0])}"
+                    + (f", d = {_e(panel[1])}" if panel[1] else "")
+                    + f", T = {t}: {_e(scoring.plus_minus(r[metric], r[f'{metric}_stderr']))}"
+                    "</title></circle>")
+    parts.append("</svg>")
+    legend = ", ".join(f'<span style="color:{_SERIES[i % len(_SERIES)]}">&#9632;</span> '
+                       f"{_e(panel_name)} {_e(p[0])}" + (f", d = {_e(p[1])}" if p[1] else "")
+                       for i, p in enumerate(panels))
+    return ('<figure class="chart">' + "".join(parts) + f'<figcaption class="note">{legend}; '
+            f"solid: {_e(agent)}, dashed: {_e(b.normaliser)}. Hover a point for its value."
+            "</figcaption></figure>")
+
+
 def _settings_table(b: Board, agent: str) -> str:
     """An agent's mean loss per setting (a row) and tau (a column), with standard errors."""
     metric, taus = b.metric, b.taus
     mine = [r for r in b.by_setting if r["agent"] == agent]
     keys = [h for h in ("temperature", "num_train", "input_dim") if any(h in r for r in mine)]
+    names = {"temperature": _panel_name(r["temperature"] for r in mine)}
     by_setting: dict[tuple, dict[int, Mapping[str, Any]]] = {}
     for r in mine:
         by_setting.setdefault(tuple(r.get(k) for k in keys), {})[r["tau"]] = r
-    head = [*keys, *(f"{metric}_{t}" for t in taus), "problems"]
+    head = [*(names.get(k, k) for k in keys), *(f"{metric}_{t}" for t in taus), "problems"]
     lines = ['<table class="sortable"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
              + "</tr></thead><tbody>"]
     for setting, at in by_setting.items():
@@ -375,6 +448,8 @@ def _agent(agent: str, boards: Sequence[Board], pairs: Mapping[str, str]) -> str
             config = str(record["config"])
         parts.append(f"<p>config {_e(record['config_hash'])}:</p><pre>{_e(config)}</pre>")
         parts.append(_settings_table(b, agent))
+        parts.append('<div class="charts">' + "".join(_chart(b, agent, t) for t in b.taus)
+                     + "</div>")
         if b.sweep in pairs:
             other = pairs[b.sweep]
             parts.append(f'<p><a href="{compare_page(agent, other, b.sweep)}">{_e(agent)} '
