@@ -385,11 +385,10 @@ def _chart(b: Board, agent: str, tau: int, width: int = 420, height: int = 260) 
                      f'font-size="10">{value:.2g}</text>')
     for i, panel in enumerate(panels):
         colour = _SERIES[i % len(_SERIES)]
-        for who in (b.normaliser, agent):
-            line = sorted((r["num_train"], r) for r in mine if r["agent"] == who
-                          and (str(r["temperature"]), str(r.get("input_dim", ""))) == panel)
-            if not line or (who == b.normaliser and who == agent and line is None):
-                continue
+        for who in (agent,) if agent == b.normaliser else (b.normaliser, agent):
+            line = sorted(((r["num_train"], r) for r in mine if r["agent"] == who
+                           and (str(r["temperature"]), str(r.get("input_dim", ""))) == panel),
+                          key=lambda point: point[0])
             dash = ' stroke-dasharray="4 3" opacity="0.6"' if who != agent else ""
             points = " ".join(f"{x_of[t]:.1f},{y_of(r[metric]):.1f}" for t, r in line)
             parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '

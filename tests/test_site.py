@@ -235,6 +235,9 @@ def test_the_site_in_a_browser_sorts_filters_and_shows_its_figures(written, tmp_
             names = lambda: [r.locator("td").nth(1).inner_text()
                              for r in table.locator("tbody tr").all()]
             assert names() == [r["label"] for r in board.records]  # rank order
+            first = table.locator("tbody tr").first.locator("td")
+            assert first.nth(3).inner_text() == scoring.plus_minus(  # kl_1, as scored
+                board.records[0]["kl_1"], board.records[0]["kl_1_stderr"])
             train = table.locator("th").nth(11)
             assert train.inner_text() == "train s/problem"
             train.locator("button").click()  # fastest first: far 0.1, close 0.5, best 2
