@@ -26,6 +26,7 @@ from neural_testbed import base, outputs
 from neural_testbed.agents import registry
 from neural_testbed.leaderboard import baselines, configs, counted, model_costs, scoring
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.leaderboard.notes import Note
 
 __all__ = ["Board", "board", "write_site"]
 
@@ -62,6 +63,10 @@ def board(rows: Sequence[store_lib.StoredRow], sweep: str, problems: Mapping[str
     ``published_agents`` (None: every published agent the store has no rows of)."""
     published = baselines.load() if published is None else published
     counted_rows, notes = counted.counted_rows(rows, problems, published_agents, published)
+    if not rows:  # no store: nothing is filled in, every row is the table's
+        where = published.describe({r.agent for r in counted_rows}, problems)
+        notes = [Note(f"every row is from the published table: {where}",
+                      "every row is from the published table")]
     normaliser = scoring.default_normaliser(problems)
     records, warnings = scoring.score_agents(counted_rows, problems, baseline=normaliser)
     if not records:
