@@ -29,6 +29,7 @@ def test_every_relative_link_of_a_page_resolves(page):
         assert local  # not vacuous: the README links into the docs
 
 
+@pytest.mark.slow  # the whole site, the report site's pages and figures among it
 def test_the_site_builds_with_no_warning_and_holds_the_readme_and_the_api(tmp_path):
     """`mkdocs build --strict` (a broken link, a missing page or a docstring griffe cannot
     read fails it): the home page is the README, the API reference has the run path."""
