@@ -253,6 +253,12 @@ def test_the_site_in_a_browser_sorts_filters_and_shows_its_figures(written, tmp_
             assert all(loaded), loaded
             shots.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shots / "report-index.png"), full_page=True)
+            plain = browser.new_context(java_script_enabled=False).new_page()
+            plain.goto((out / "index.html").as_uri())  # scripts off: the table, ranked
+            assert [r.locator("td").nth(1).inner_text() for r in
+                    plain.locator("#board-paper tbody tr").all()] == [
+                        r["label"] for r in board.records]
+            assert not plain.locator("input.filter").is_visible()  # no filter that can't work
         finally:
             browser.close()
     assert (shots / "report-index.png").stat().st_size > 10_000
