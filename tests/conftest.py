@@ -26,9 +26,9 @@ rounding. And with each program's code generated in one piece
 compilation, which the test processes, each compiling its own programs, gain nothing
 from: one piece compiles faster in them. And with XLA's CPU kernels on one thread per
 process (``--xla_cpu_multi_thread_eigen=false``): the suite runs one process per core plus
-one, so each process's pool of a thread per core only oversubscribed the cores (the whole
-suite took about a seventh less time without it; the programs and their numbers are the
-same). A flag is set only if this JAX's XLA accepts it (XLA ends a process on an unknown flag,
+one, so each process's pool of a thread per core only oversubscribed the cores (the
+changelog's history has the suite's time with and without it; the programs and their
+numbers are the same). A flag is set only if this JAX's XLA accepts it (XLA ends a process on an unknown flag,
 so a short subprocess checks first); flags that ``XLA_FLAGS`` already names are left
 as they are.
 """
