@@ -28,7 +28,7 @@ from neural_testbed.leaderboard import baselines, configs, counted, model_costs,
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard.notes import Note
 
-__all__ = ["Board", "board", "write_site"]
+__all__ = ["Board", "agent_page", "board", "compare_page", "write_site"]
 
 @dataclasses.dataclass(frozen=True)
 class Board:
