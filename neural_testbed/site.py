@@ -24,7 +24,7 @@ from typing import Any
 
 from neural_testbed import base, outputs
 from neural_testbed.agents import registry
-from neural_testbed.leaderboard import baselines, configs, counted, model_costs, scoring
+from neural_testbed.leaderboard import baselines, counted, model_costs, scoring
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard.notes import Note
 
@@ -43,6 +43,8 @@ class Board:
     normaliser: str
     devices: Mapping[str, str]  # agent -> where its rows were computed
     notes: Sequence[str]
+    times: Mapping[tuple[str, str], tuple[float, float]] = dataclasses.field(
+        default_factory=dict)  # (agent, config hash) -> train, eval seconds per problem
     largest: str = ""  # the problem the model costs are of (the sweep's largest)
     costs: Mapping[str, model_costs.ModelCost | None] = dataclasses.field(
         default_factory=dict)  # registered agent -> its default config's cost there
@@ -85,22 +87,34 @@ def board(rows: Sequence[store_lib.StoredRow], sweep: str, problems: Mapping[str
                  scoring.significance_groups(counted_rows, problems),
                  scoring.kl_by_setting(counted_rows, problems), normaliser,
                  baselines.computed_on(published, counted_rows), [*notes, *warnings],
-                 largest.problem_id, costs)
+                 _times(counted_rows, records), largest.problem_id, costs)
 
 
-def _costs(board_: Board, record: Mapping[str, Any]) -> tuple[float, float]:
-    """Mean train and evaluation seconds per problem of a record's config: a problem's
+def _times(rows: Iterable[store_lib.StoredRow], records: Sequence[Mapping[str, Any]],
+           ) -> dict[tuple[str, str], tuple[float, float]]:
+    """Mean train and evaluation seconds per problem of each record's config: a problem's
     training once (every tau's row carries it), its evaluations at every tau added."""
-    train: dict[str, float] = {}
-    evaluate: dict[str, float] = {}
-    hashes = set(str(record["config_hash"]).split(","))
-    for row in board_.rows:
-        if row.agent == record["agent"] and row.config_hash in hashes and row.status == "ok":
-            train[row.problem_id] = row.train_seconds
-            evaluate[row.problem_id] = evaluate.get(row.problem_id, 0.0) + row.eval_seconds
-    if not train:
-        return math.nan, math.nan
-    return sum(train.values()) / len(train), sum(evaluate.values()) / len(evaluate)
+    wanted = {(r["agent"], h): (r["agent"], r["config_hash"]) for r in records
+              for h in str(r["config_hash"]).split(",")}  # per-setting: several hashes
+    train: dict[tuple, dict[str, float]] = {}
+    evaluate: dict[tuple, dict[str, float]] = {}
+    for row in rows:
+        key = wanted.get((row.agent, row.config_hash))
+        if key is not None and row.status == "ok":
+            train.setdefault(key, {})[row.problem_id] = row.train_seconds
+            by_problem = evaluate.setdefault(key, {})
+            by_problem[row.problem_id] = by_problem.get(row.problem_id, 0.0) + row.eval_seconds
+    return {key: (sum(t.values()) / len(t), sum(evaluate[key].values()) / len(evaluate[key]))
+            for key, t in train.items()}
+
+
+def _cost(b: Board, record: Mapping[str, Any]) -> tuple[float, float]:
+    return b.times.get((record["agent"], record["config_hash"]), (math.nan, math.nan))
+
+
+def _tuned(b: Board) -> list[dict[str, Any]]:
+    """The board's records of each agent's tuned choice (not the default beside it)."""
+    return [r for r in b.records if not r["extra_default"]]
 
 
 # ----- HTML ---------------------------------------------------------------------------
@@ -198,11 +212,6 @@ def _device_keys(boards: Sequence[Board]) -> dict[str, str]:
     return keys
 
 
-def _default_hash(agent: str) -> str:
-    spec = registry.AGENTS.get(agent)
-    return "" if spec is None else configs.config_hash(agent, spec.default)
-
-
 def _cost_cells(b: Board, agent: str, is_default: bool) -> list[str]:
     """The state size and FLOPs of the agent's default config (what :func:`board` measured),
     shown only on a row of that config."""
@@ -232,7 +241,7 @@ def _leaderboard_table(b: Board, keys: Mapping[str, str]) -> str:
         agent = record["agent"]
         groups = b.groups.get(agent, {})
         group_text = "/".join(str(groups.get(t, "-")) for t in taus)
-        train, evaluate = _costs(b, record)
+        train, evaluate = _cost(b, record)
         places = [p for p in b.devices.get(agent, "").split("; ") if p]
         cells = [_cell(groups.get(taus[-1], math.nan), _e(group_text),
                        title=f"significance group at tau = {', '.join(map(str, taus))}"),
@@ -250,8 +259,8 @@ def _leaderboard_table(b: Board, keys: Mapping[str, str]) -> str:
                   _cell(train), _cell(evaluate),
                   _cell(",".join(keys[p] for p in places),
                         _e(", ".join(f"({keys[p]})" for p in places)), title="; ".join(places)),
-                  *_cost_cells(b, agent, "[default]" in record["label"] or
-                               record["config_hash"] == _default_hash(agent)),
+                  *_cost_cells(b, agent, record["config_hash"] == counted.default_hashes(
+                      [agent]).get(agent)),
                   _cell(record["flag"], name=True)]
         in_first = any(g == 1 for g in groups.values())
         lines.append(f'<tr{" class=g1" if in_first else ""}>' + "".join(cells) + "</tr>")
@@ -299,11 +308,11 @@ def _figures(b: Board, out: pathlib.Path) -> tuple[str, list[pathlib.Path]]:
                      "</figcaption></figure>")
     except ValueError as error:
         parts.append(f'<p class="note">No Figure 2: {_e(error)}</p>')
-    costs = {r["agent"]: sum(_costs(b, r)) for r in b.records if "[default]" not in r["label"]}
+    costs = {r["agent"]: sum(_cost(b, r)) for r in _tuned(b)}
     name = f"frontier-{_slug(b.sweep)}.png"
     try:
         written.append(figures.figure_frontier(
-            [r for r in b.records if "[default]" not in r["label"]], costs, b.devices,
+            _tuned(b), costs, b.devices,
             out / name))
         parts.append(f'<figure><img src="{name}" alt="quality against cost on '
                      f'{_e(b.sweep)}"><figcaption>{_e(b.metric)}_agg against train + evaluate '
@@ -439,7 +448,7 @@ def _settings_table(b: Board, agent: str) -> str:
 def _agent(agent: str, boards: Sequence[Board], pairs: Mapping[str, str]) -> str:
     parts = [f'<p><a href="index.html">leaderboard</a></p><h1>{_e(agent)}</h1>']
     for b in boards:
-        mine = [r for r in b.records if r["agent"] == agent]
+        mine = [r for r in _tuned(b) if r["agent"] == agent]
         if not mine:
             continue
         record = mine[0]
@@ -499,7 +508,7 @@ def write_site(out: str | os.PathLike, boards: Sequence[Board],
     for agent in agents:
         pairs = {}
         for b in boards:
-            names = [r["agent"] for r in b.records if "[default]" not in r["label"]]
+            names = [r["agent"] for r in _tuned(b)]
             if agent in names and len(names) > 1:
                 pairs[b.sweep] = names[1] if names[0] == agent else names[0]
         for b in boards:

@@ -14,7 +14,7 @@ import shutil
 import numpy as np
 import pytest
 
-from neural_testbed import cli, leaderboard, site
+from neural_testbed import agents, cli, leaderboard, site
 from neural_testbed.leaderboard import baselines, model_costs, scoring
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.run import rows as run_rows
@@ -50,7 +50,7 @@ def _rows(levels=LEVELS) -> list[store_lib.StoredRow]:
                     train_seconds={"best": 2.0, "close": 0.5, "far": 0.1}[agent],
                     compile_seconds=0.1, eval_seconds=0.25)
                 rows.append(store_lib.StoredRow(**row.as_dict(), version="0.1.0",
-                                                timestamp="2026-12-03T00:00:00"))
+                                                timestamp="t"))
     return rows
 
 
@@ -276,3 +276,27 @@ def test_published_rows_say_where_their_part_of_the_table_was_computed():
              for r in rows]
     assert baselines.computed_on(published, mixed) == {
         "best": "on a 2-core x86_64 CPU", "close": baselines.LOCAL, "far": baselines.LOCAL}
+
+
+def test_an_agents_tuned_config_is_its_page_and_its_default_only_a_row_beside_it(tmp_path):
+    """mlp with two configs, the default the worse: the index shows both rows, the agent's
+    page and the frontier take the tuned one."""
+    spec = agents.get_agent("mlp")
+    tuned = dataclasses.replace(spec.default, l2_weight_decay=0.1)
+    rows = []
+    for config, kl in ((spec.default, 0.5), (tuned, 0.1)):
+        for pid, problem in PROBLEMS.items():
+            for tau in problem.taus:
+                row = run_rows.result_row(
+                    "mlp", store_lib.config_hash("mlp", config), store_lib.config_json(config),
+                    problem, tau, "auto", 0, estimate=kl * tau, estimate_stderr=0.001,
+                    num_clipped=0, accuracy=0.8, ece=0.05, train_seconds=1.0,
+                    compile_seconds=0.1, eval_seconds=0.25)
+                rows.append(store_lib.StoredRow(**row.as_dict(), version="0.1.0",
+                                                timestamp="t"))
+    board = site.board(rows, "paper", PROBLEMS, (), baselines.load())
+    assert [(r["label"], r["extra_default"]) for r in board.records] == [
+        ("mlp", False), ("mlp (default)", True)]
+    site.write_site(tmp_path, [board])
+    page = (tmp_path / site.agent_page("mlp")).read_text()
+    assert "rank 1 of 2" in page and "&quot;l2_weight_decay&quot;: 0.1" in page

@@ -337,8 +337,9 @@ def score_agents(
     hard for one agent is hard for both). The baseline B is always the baseline
     agent's default config, whatever its tuning picks. ``source`` says where a
     record's rows came from (``local``, ``published`` or ``local+published``,
-    see :mod:`neural_testbed.leaderboard.counted`) and ``label`` names the record
-    in tables and figures. ``clipped`` counts the tuned choice's
+    see :mod:`neural_testbed.leaderboard.counted`), ``label`` names the record
+    in tables and figures and ``extra_default`` marks the default config's record
+    shown beside an agent's tuned choice. ``clipped`` counts the tuned choice's
     (problem, tau) rows that clipped infinite KL terms; ``flag`` names them and
     any missing problems.
 
@@ -425,6 +426,7 @@ def score_agents(
         record["metric"] = metric
         record["source"] = _source(by_pid)
         record["label"] = _label(agent, record["source"], extra)
+        record["extra_default"] = extra  # the default config's row beside a tuned choice
         record["selection"] = selection
         record["config_hash"] = hashes
         record["config"] = config
