@@ -297,7 +297,8 @@ class Problem(Protocol):
     """
 
     problem_id: str  # stable id, e.g. "classification_2d/17"
-    temperature: float  # a stratum coordinate (and the environment's temperature)
+    # A classification problem also has ``temperature``, its environment's temperature
+    # (told to the agent); a regression problem has ``noise_variance`` instead.
     num_train: int  # T, a stratum coordinate
     seed: int  # replicate index within its (temperature, T) stratum
     input_dim: int
@@ -310,8 +311,8 @@ class Problem(Protocol):
     # (9 in the reference the 2021 paper ran; 10 in its current protocol).
     max_monte_carlo_tau: int
     target: Target  # "classification" (K classes) or "regression" (one real value per input)
-    # A regression problem also has ``noise_variance``, the known variance of its targets'
-    # Gaussian noise, which its rows carry (classification rows carry ``temperature``).
+    # ``noise_variance`` is the known variance of a regression problem's Gaussian target
+    # noise, which its rows carry (classification rows carry ``temperature``).
 
     @property
     def metric(self) -> Metric:
@@ -323,6 +324,13 @@ class Problem(Protocol):
         """The fixed stratum of the problem, ``(panel, T, ...)`` (e.g. (temperature, T), or
         (temperature, T, d) where d varies): standard errors are stratified by it, and
         ``per-setting`` tuning picks a config per stratum."""
+        ...
+
+    @property
+    def stratum_columns(self) -> dict[str, Hashable]:
+        """The stratum's coordinates by name (``temperature``, ``dataset`` or
+        ``input_dim`` and ``noise_variance``, then ``num_train``, ...): the columns of
+        score records, each with one meaning on every sweep."""
         ...
 
     @property

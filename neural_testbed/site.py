@@ -24,7 +24,7 @@ from typing import Any
 
 from neural_testbed import base, outputs
 from neural_testbed.agents import registry
-from neural_testbed.leaderboard import baselines, counted, model_costs, scoring
+from neural_testbed.leaderboard import baselines, counted, model_costs, panels, scoring
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard.notes import Note
 
@@ -269,8 +269,8 @@ def _leaderboard_table(b: Board, keys: Mapping[str, str]) -> str:
 
 
 def _comparison_table(records: Sequence[Mapping[str, Any]], loss: str) -> str:
-    head = ["scope", "temperature", "num_train", "input_dim", "tau", f"{loss}_diff", "p_value",
-            "pairs", "verdict", "source"]
+    head = ["scope", *panels.COLUMNS, "num_train", "tau", f"{loss}_diff", "p_value", "pairs",
+            "verdict", "source"]
     head = [h for h in head if any(h in r for r in records) or h in ("scope",)]
     lines = ['<table class="sortable"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
              + "</tr></thead><tbody>"]
@@ -354,20 +354,13 @@ def _index(boards: Sequence[Board], keys: Mapping[str, str], figures: Mapping[st
     return _page(title, "\n".join(parts))
 
 
-def _panel_name(values: Iterable[Any]) -> str:
-    """What the first element of the sweep's strata is (``base.Problem.stratum``)."""
-    first = next(iter(values), None)
-    return ("(d, noise variance)" if isinstance(first, tuple) else
-            "dataset" if isinstance(first, str) else "temperature")
-
-
 _SERIES = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#332288",
            "#882255", "#999933")  # one per panel of a chart (Okabe-Ito, then Tol)
 
 
 def _chart(b: Board, agent: str, tau: int, width: int = 420, height: int = 260) -> str:
     """An inline SVG of the agent's mean loss against T at ``tau``, a line per panel
-    (temperature, or (d, noise), or dataset) and input dimension, the normaliser dashed;
+    (:mod:`~neural_testbed.leaderboard.panels`), the normaliser dashed;
     each point's tooltip gives its value and standard error. No script, no library."""
     metric = b.metric
     mine = [r for r in b.by_setting if r["tau"] == tau and r["agent"] in (agent, b.normaliser)
@@ -379,10 +372,9 @@ def _chart(b: Board, agent: str, tau: int, width: int = 420, height: int = 260) 
     lo, hi = math.log10(min(ys)), math.log10(max(ys))
     hi = hi if hi > lo else lo + 1
     left, right, top, bottom = 56, 10, 20, 30
-    panel_name = _panel_name(r["temperature"] for r in mine)
     x_of = {t: left + (i + 0.5) * (width - left - right) / len(xs) for i, t in enumerate(xs)}
     y_of = lambda v: top + (hi - math.log10(v)) / (hi - lo) * (height - top - bottom)
-    panels = sorted({(str(r["temperature"]), str(r.get("input_dim", ""))) for r in mine})
+    series = sorted({panels.panel(r) for r in mine})  # a line per panel
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'role="img" aria-label="{_e(agent)}: {_e(metric)} against T at tau = {tau}">',
              f'<rect x="{left}" y="{top}" width="{width - left - right}" '
@@ -397,12 +389,11 @@ def _chart(b: Board, agent: str, tau: int, width: int = 420, height: int = 260) 
     for value in (10 ** lo, 10 ** hi):
         parts.append(f'<text x="{left - 4}" y="{y_of(value) + 3:.1f}" text-anchor="end" '
                      f'font-size="10">{value:.2g}</text>')
-    for i, panel in enumerate(panels):
+    for i, panel in enumerate(series):
         colour = _SERIES[i % len(_SERIES)]
         for who in (agent,) if agent == b.normaliser else (b.normaliser, agent):
             line = sorted(((r["num_train"], r) for r in mine if r["agent"] == who
-                           and (str(r["temperature"]), str(r.get("input_dim", ""))) == panel),
-                          key=lambda point: point[0])
+                           and panels.panel(r) == panel), key=lambda point: point[0])
             dash = ' stroke-dasharray="4 3" opacity="0.6"' if who != agent else ""
             points = " ".join(f"{x_of[t]:.1f},{y_of(r[metric]):.1f}" for t, r in line)
             parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '
@@ -411,14 +402,12 @@ def _chart(b: Board, agent: str, tau: int, width: int = 420, height: int = 260) 
                 parts.append(
                     f'<circle cx="{x_of[t]:.1f}" cy="{y_of(r[metric]):.1f}" r="3" '
                     f'fill="{colour if who == agent else "white"}" stroke="{colour}"><title>'
-                    f"{_e(who)}, {_e(panel_name)} {_e(panel[0])}"
-                    + (f", d = {_e(panel[1])}" if panel[1] else "")
-                    + f", T = {t}: {_e(scoring.plus_minus(r[metric], r[f'{metric}_stderr']))}"
+                    f"{_e(who)}, {_e(panels.title(panel))}, T = {t}: "
+                    f"{_e(scoring.plus_minus(r[metric], r[f'{metric}_stderr']))}"
                     "</title></circle>")
     parts.append("</svg>")
     legend = ", ".join(f'<span style="color:{_SERIES[i % len(_SERIES)]}">&#9632;</span> '
-                       f"{_e(panel_name)} {_e(p[0])}" + (f", d = {_e(p[1])}" if p[1] else "")
-                       for i, p in enumerate(panels))
+                       f"{_e(panels.title(p))}" for i, p in enumerate(series))
     return ('<figure class="chart">' + "".join(parts) + f'<figcaption class="note">{legend}; '
             f"solid: {_e(agent)}, dashed: {_e(b.normaliser)}. Hover a point for its value."
             "</figcaption></figure>")
@@ -428,12 +417,11 @@ def _settings_table(b: Board, agent: str) -> str:
     """An agent's mean loss per setting (a row) and tau (a column), with standard errors."""
     metric, taus = b.metric, b.taus
     mine = [r for r in b.by_setting if r["agent"] == agent]
-    keys = [h for h in ("temperature", "num_train", "input_dim") if any(h in r for r in mine)]
-    names = {"temperature": _panel_name(r["temperature"] for r in mine)}
+    keys = [h for h in (*panels.COLUMNS, "num_train") if any(h in r for r in mine)]
     by_setting: dict[tuple, dict[int, Mapping[str, Any]]] = {}
     for r in mine:
         by_setting.setdefault(tuple(r.get(k) for k in keys), {})[r["tau"]] = r
-    head = [*(names.get(k, k) for k in keys), *(f"{metric}_{t}" for t in taus), "problems"]
+    head = [*keys, *(f"{metric}_{t}" for t in taus), "problems"]
     lines = ['<table class="sortable"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
              + "</tr></thead><tbody>"]
     for setting, at in by_setting.items():

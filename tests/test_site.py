@@ -171,7 +171,7 @@ def test_an_agents_page_has_its_config_its_settings_and_a_paired_comparison(writ
     assert text.count("<svg") == 2  # loss against T, at each tau
     point = next(r for r in board.by_setting if r["agent"] == "close" and r["tau"] == 100
                  and r["num_train"] == 10)
-    assert (f"<title>close, temperature 0.1, T = 10: "
+    assert (f"<title>close, temperature 0.1 (medium SNR), T = 10: "
             f"{scoring.plus_minus(point['kl'], point['kl_stderr'])}</title>") in text
     compare = site.compare_page("close", "best", "paper")
     assert compare in page.links

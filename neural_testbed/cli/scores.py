@@ -13,7 +13,7 @@ from neural_testbed import base
 from neural_testbed.agents import registry
 from neural_testbed.cli import checks, figures, options, tables
 from neural_testbed.diagnostics import report as diagnostics_report
-from neural_testbed.leaderboard import configs, correlation, counted, scoring, studies
+from neural_testbed.leaderboard import configs, correlation, counted, panels, scoring, studies
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
 
@@ -274,12 +274,11 @@ def _print_pooled(args, pooled: list[dict[str, Any]], what: str, diff: str,
 def _print_cells(args, cells: list[dict[str, Any]], baseline_names: Sequence[str], diff: str,
                  taus: tuple[str, ...], cell: str) -> None:
     """The comparisons per setting, and per baseline the count of significant ones."""
-    print("\n" + tables.wrapped(f"{args.agent} - baseline per (temperature, T) (paired t-test, "
-                                "df = pairs - 1):"))
-    by_dim = ("input_dim",) if any("input_dim" in r for r in cells) else ()
-    print(tables.fitted_records(cells, ("baseline", "source", *by_dim, "temperature",
-                                        "num_train", *taus, diff, "stderr", "p_value", "pairs",
-                                        "verdict", "flag")))
+    where = [c for c in (*panels.COLUMNS, "num_train") if any(c in r for r in cells)]
+    print("\n" + tables.wrapped(f"{args.agent} - baseline per ({', '.join(where)}) (paired "
+                                "t-test, df = pairs - 1):"))
+    print(tables.fitted_records(cells, ("baseline", "source", *where, *taus, diff, "stderr",
+                                        "p_value", "pairs", "verdict", "flag")))
     for name in baseline_names:
         mine = [r for r in cells if r["baseline"] == name]
         better = sum(r["verdict"] == "better" for r in mine)

@@ -27,8 +27,7 @@ from matplotlib import ticker
 from neural_testbed import base, generative
 from neural_testbed.agents import host, registry
 from neural_testbed.figures.canvas import loss_label, new_figure, save_figure, tau_label
-from neural_testbed.generative import datasets
-from neural_testbed.leaderboard import baselines, scoring
+from neural_testbed.leaderboard import baselines, panels, scoring
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
 
@@ -55,7 +54,6 @@ _DEVICE_MARKERS = {"GPU": "s", "CPU": "o", "mixed": "D", "not recorded": "^"}
 _SIZE_FIGURE_6B = (7, 6)
 _SIZE_FIGURE_7 = (10, 7)
 _PANEL_FIGURE_5 = 3  # inches per panel, plus 1 for the colour bar; 4 high
-_SNR = {0.01: "high SNR", 0.1: "medium SNR", 0.5: "low SNR"}  # the paper's temperatures
 _GRID_LIMIT = 3.0  # Figure 5 shows inputs in [-3, 3]^2
 
 
@@ -119,20 +117,6 @@ def _finite(value: Any) -> bool:
         return math.isfinite(value)
     except TypeError:  # None, or not a number
         return False
-
-
-def _temperature_title(temperature: float | str | tuple) -> str:
-    """A panel's title: its temperature, its dataset on real data (stratum (dataset, T)),
-    or its input dimension and noise variance on regression (stratum ((d, noise), T)).
-    A built-in dataset that stands in for one of the paper's says which."""
-    if isinstance(temperature, str):
-        paper = datasets.STAND_INS.get(temperature)
-        return f"{temperature} (for {paper[0]})" if paper else temperature
-    if isinstance(temperature, tuple):
-        input_dim, noise_variance = temperature
-        return f"d = {input_dim}, noise variance {noise_variance:g}"
-    snr = _SNR.get(temperature)
-    return f"temperature {temperature:g}" + (f" ({snr})" if snr else "")
 
 
 def figure_normalised_kl(
@@ -229,23 +213,25 @@ def figure_kl_vs_num_train(
     if not records:
         raise ValueError(f"no KL results at tau={tau} to plot")
     colours = _colours((r["agent"] for r in records), baseline)
-    temperatures = sorted({r["temperature"] for r in records})
-    # One row of panels per input dimension where the settings name it (the current
-    # sweep's d in {2, 10, 100}; a 2-d problem's setting does not).
+    # A column of panels per temperature (noise variance on regression, dataset on real
+    # data); a row per input dimension where the settings name it (the current sweep's
+    # d in {2, 10, 100}, regression's d; a 2-d problem's setting does not).
+    columns = sorted({panels.panel(r, skip=("input_dim",)) for r in records})
     dims = sorted({r.get("input_dim", 2) for r in records}) if any(
         "input_dim" in r for r in records) else [None]
     width, height = _SIZE_FIGURES_8_9
     figure = new_figure((width, height * (0.8 * len(dims) if len(dims) > 1 else 1)))
-    grid = figure.subplots(len(dims), len(temperatures), squeeze=False)
+    grid = figure.subplots(len(dims), len(columns), squeeze=False)
     axes = list(grid.flat)
-    panels = [(d, t) for d in dims for t in temperatures]
+    places = [(d, c) for d in dims for c in columns]
     agents = sorted({r["agent"] for r in records}, key=lambda a: (a == baseline, a))
     names = _source_labels(records)
-    for ax, (input_dim, temperature) in zip(axes, panels):
+    for ax, (input_dim, column) in zip(axes, places):
         for agent in agents:
             points = sorted((r["num_train"], r[r["metric"]], r[f"{r['metric']}_stderr"])
                             for r in records
-                            if r["agent"] == agent and r["temperature"] == temperature
+                            if r["agent"] == agent
+                            and panels.panel(r, skip=("input_dim",)) == column
                             and (input_dim is None or r.get("input_dim", 2) == input_dim))
             if not points:
                 continue
@@ -257,18 +243,12 @@ def figure_kl_vs_num_train(
                         linewidth=2 if is_base else 1.5, marker="o", markersize=4, capsize=2)
         ax.set_xscale("log")
         ax.set_xlabel("T (training pairs)")
-        title = _temperature_title(temperature)
-        if input_dim is not None:
-            title = f"d = {input_dim}, {title}"
-        if len(temperatures) > 4:  # narrow panels: regression's six would overlap
-            ax.set_title(title.replace(", ", "\n", 1), fontsize=10)
-        else:
-            ax.set_title(title)
+        ax.set_title(panels.title(((("input_dim", input_dim),) if input_dim else ()) + column))
         ax.grid(alpha=0.3)
-    real = all(isinstance(t, str) for t in temperatures)  # panels are datasets: NLL
+    real = records[0]["metric"] == "nll"  # real data: the NLL
     for row in grid:
         row[0].set_ylabel(f"{loss_label(tau, 'nll' if real else 'kl')} (mean over seeds)")
-    legend = {}  # label -> handle, over every panel: an agent may miss a temperature
+    legend = {}  # label -> handle, over every panel: an agent may miss one
     for ax in axes:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
     # Outside the panels, to their right: over the data, it hid the curves it names.
@@ -551,7 +531,8 @@ def prior_function_ratios(
         config = json.loads(r.config) or {}
         label = prior_function_label(config)
         scale = 0.0 if label == "none" else float(config.get("prior_scale", 0.0))
-        cell = ratios.setdefault((problem.stratum[0], r.tau, label, scale), {})
+        where = panels.panel(problem.stratum_columns)
+        cell = ratios.setdefault((where, r.tau, label, scale), {})
         cell.setdefault(problem.num_train, []).append(r.estimate(problem.metric)[0]
                                                       / reference[key])
     return ratios
@@ -605,8 +586,8 @@ def figure_prior_functions(
         raise ValueError(f"no problem has ok rows of both {agent} and {baseline}'s default "
                          "config to compare")
     best = best_prior_scales(ratios)
-    panels = sorted({(tau, where) for where, tau, _ in best}, key=lambda x: (x[0], str(x[1])))
-    taus, wheres = sorted({t for t, _ in panels}), sorted({w for _, w in panels}, key=str)
+    places = sorted({(tau, where) for where, tau, _ in best}, key=lambda x: (x[0], str(x[1])))
+    taus, wheres = sorted({t for t, _ in places}), sorted({w for _, w in places}, key=str)
     labels = sorted({label for _, _, label in best})
     colours = _label_colours(labels)
     figure = new_figure(_SIZE_FIGURE_7)
@@ -628,7 +609,7 @@ def figure_prior_functions(
                             markersize=4, capsize=2)
             ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
             ax.set_xscale("log")
-            ax.set_title(f"{_temperature_title(where)}, {tau_label(tau)}")
+            ax.set_title(f"{panels.title(where)}, {tau_label(tau)}")
             ax.grid(alpha=0.3)
             ax.legend(title="prior function", fontsize=7, title_fontsize=7)
             if i == len(taus) - 1:
@@ -726,7 +707,8 @@ def figure_agent_samples(
     axes[0].set_ylabel("x_2")
     axes[0].legend(fontsize=7, loc="lower left", title="training data", title_fontsize=7)
     figure.colorbar(image, ax=axes, label="P(y = 1 | x)", shrink=0.9)
-    figure.suptitle(f"{problem.problem_id}: {_temperature_title(problem.temperature)}, "
+    where = panels.title(panels.panel(problem.stratum_columns))
+    figure.suptitle(f"{problem.problem_id}: {where}, "
                     f"T = {problem.num_train}; black line: decision boundary P = 0.5",
                     fontsize=10)
     return save_figure(figure, path)

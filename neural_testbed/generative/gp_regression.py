@@ -126,12 +126,6 @@ class GPRegressionProblem:
             raise ValueError(f"{self.problem_id}: seed must be an integer >= 0, got {self.seed!r}")
 
     @property
-    def temperature(self) -> float:
-        """The noise variance: regression's signal-to-noise coordinate, where the
-        classification testbed has its temperature."""
-        return self.noise_variance
-
-    @property
     def shape(self) -> tuple:
         return ("gp_regression", self.input_dim, self.num_train, self.kernel, self.num_pool,
                 self.num_probes, self.taus, self.num_test, self.num_samples)
@@ -144,6 +138,12 @@ class GPRegressionProblem:
     def stratum(self) -> tuple[tuple[int, float], int]:
         """Problems are stratified by ((d, noise variance), T)."""
         return (self.input_dim, self.noise_variance), self.num_train
+
+    @property
+    def stratum_columns(self) -> dict[str, float | int]:
+        """The stratum's coordinates by name, as score records carry them."""
+        return {"input_dim": self.input_dim, "noise_variance": self.noise_variance,
+                "num_train": self.num_train}
 
     @property
     def key_seed(self) -> int:

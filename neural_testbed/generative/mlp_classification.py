@@ -246,6 +246,11 @@ class MLPClassificationProblem:
         return self.temperature, self.num_train, self.input_dim
 
     @property
+    def stratum_columns(self) -> dict[str, float | int]:
+        """The stratum's coordinates by name, as score records carry them."""
+        return dict(zip(("temperature", "num_train", "input_dim"), self.stratum))
+
+    @property
     def key_seed(self) -> int:
         """A 32-bit seed that is a stable hash of what defines the problem's draws."""
         definition = (f"mlp_classification/v{PROBLEM_VERSION}/d={self.input_dim}/"

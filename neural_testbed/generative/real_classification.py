@@ -95,6 +95,11 @@ class RealClassificationProblem:
         return self.dataset_name, self.num_train
 
     @property
+    def stratum_columns(self) -> dict[str, str | int]:
+        """The stratum's coordinates by name, as score records carry them."""
+        return {"dataset": self.dataset_name, "num_train": self.num_train}
+
+    @property
     def shape(self) -> tuple:
         return ("real_classification", self.dataset, self.digest, self.label_column,
                 self.standardise, self.num_train, self.input_dim, self.num_classes, self.num_train_split,

@@ -114,7 +114,9 @@ def compare_frame(agent: str, baselines: Sequence[str] = ("mlp",),
     """Paired differences: the ``neural-testbed compare [--metric METRIC]`` table.
 
     The ``scope == "pooled"`` rows (over the whole sweep, per baseline and tau)
-    come first, then one row per (baseline, temperature, T, tau). A ``metric``
+    come first, then one row per (baseline, setting, tau), the setting in its named
+    columns (``temperature``, ``dataset``, or ``input_dim`` and ``noise_variance``, then
+    ``num_train``: :mod:`~neural_testbed.leaderboard.panels`). A ``metric``
     other than the rows' loss (see :data:`scoring.COMPARE_METRICS`) has no tau and its
     difference in ``<metric>_diff``. As the command does, the published rows of the
     baselines fill what the store lacks (``source`` says so).

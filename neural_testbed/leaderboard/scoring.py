@@ -86,18 +86,21 @@ class ProblemScore:
 
 
 Candidate = tuple[str, str, str, int]  # agent, config_hash, estimator, agent_seed
-# A problem's stratum: (temperature, T), (temperature, T, d) where d is not 2, or
-# (dataset, T) on real data.
+# A problem's stratum: (temperature, T), (temperature, T, d) where d is not 2, (dataset, T)
+# on real data, or ((d, noise variance), T) on regression.
 Setting = tuple[Any, ...]
 
 
-def _where(setting: Setting | None) -> dict[str, Any]:
-    """A setting's columns: temperature and T, and d where the stratum names it."""
-    where = {"temperature": setting[0] if setting else None,
-             "num_train": setting[1] if setting else None}
-    if setting and len(setting) > 2:
-        where["input_dim"] = setting[2]
-    return where
+def _where(setting: Setting | None, problems: Mapping[str, Any]) -> dict[str, Any]:
+    """A setting's columns, named by its problems (``Problem.stratum_columns``:
+    temperature, dataset, or d and noise variance, then T, ...); pooled over settings
+    (``None``), the same names, each None."""
+    for problem in problems.values():
+        if setting is None:
+            return dict.fromkeys(problem.stratum_columns)
+        if problem.stratum == setting:
+            return dict(problem.stratum_columns)
+    raise ValueError(f"no problem has the stratum {setting!r}")
 
 
 def _setting(problem: Any) -> Setting:
@@ -527,19 +530,19 @@ def _close_calls(records: Sequence[Mapping[str, Any]], taus: Sequence[int],
     return notes
 
 
-def _comparison(scope: str, agent: str, baseline: str, setting: Setting | None,
+def _comparison(scope: str, agent: str, baseline: str, where: Mapping[str, Any],
                 tau: int | None, pairs: Sequence[tuple[Setting, float]], of: int, clipped: int,
                 selection: str, metric: str = "loss", loss: str = "kl") -> dict[str, Any]:
     """One paired comparison: stratified mean difference, its stderr and t-test; for
     ``metric`` one of :data:`LOSSES`, of the rows' loss ``loss`` (``kl``, or ``nll`` on
-    real data), which names the difference's column.
+    real data), which names the difference's column; ``where``: the setting's columns
+    (:func:`_where`).
 
     Degrees of freedom: pairs minus strata (each setting's mean is estimated).
     """
     mean, se, strata = stratified(pairs)
     df = len(pairs) - strata
     p_value = _p_value(mean, se, df)
-    where = _where(setting)
     verdict = _verdict(mean, p_value, COMPARE_METRICS[metric])
     if metric in LOSSES:
         return {
@@ -628,8 +631,8 @@ def compare_agents(
                            theirs[pid].diagnostics.get(metric, math.nan)) for pid in pids]
                 pairs = [(_setting(problems[pid]), a - b) for pid, a, b in values
                          if not (math.isnan(a) or math.isnan(b))]
-                record = _comparison(kind, agent, name, setting, None, pairs, len(scope), 0,
-                                     selection, metric)
+                record = _comparison(kind, agent, name, _where(setting, problems), None, pairs,
+                                     len(scope), 0, selection, metric)
                 record["source"] = _source({pid: theirs[pid] for pid in pids})
                 (pooled if setting is None else per_setting).append(record)
                 continue
@@ -639,8 +642,8 @@ def compare_agents(
                          for pid in pids]
                 clipped = sum((tau in mine[pid].clipped) + (tau in theirs[pid].clipped)
                               for pid in pids)
-                record = _comparison(kind, agent, name, setting, tau, pairs, len(scope),
-                                     clipped, selection, loss=loss)
+                record = _comparison(kind, agent, name, _where(setting, problems), tau, pairs,
+                                     len(scope), clipped, selection, loss=loss)
                 record["source"] = _source({pid: theirs[pid] for pid in pids})
                 (pooled if setting is None else per_setting).append(record)
     return pooled + per_setting
@@ -677,7 +680,7 @@ def significance_groups(rows: Iterable[StoredRow], problems: Mapping[str, Any],
                 mine = tuned[agent]
                 pairs = [(_setting(problems[pid]), mine[pid].loss[tau] - theirs[pid].loss[tau])
                          for pid in report if pid in mine and pid in theirs]
-                verdict = _comparison("pooled", agent, leader, None, tau, pairs, len(report),
+                verdict = _comparison("pooled", agent, leader, {}, tau, pairs, len(report),
                                       0, selection)["verdict"]
                 if agent == leader or verdict != "worse":
                     same.append((mean, agent))
@@ -789,8 +792,9 @@ def kl_by_setting(
             pids = [pid for pid in by_pid if _setting(problems[pid]) == setting]
             for tau in _taus(problems):
                 mean, se, _ = stratified((setting, by_pid[pid].loss[tau]) for pid in pids)
-                records.append({"agent": agent, **_where(setting), "tau": tau,
-                                "metric": metric, metric: mean, f"{metric}_stderr": se, "problems": len(pids),
+                records.append({"agent": agent, **_where(setting, problems), "tau": tau,
+                                "metric": metric, metric: mean, f"{metric}_stderr": se,
+                                "problems": len(pids),
                                 "source": _source({pid: by_pid[pid] for pid in pids}),
                                 "selection": selection})
     return records

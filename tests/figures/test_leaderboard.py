@@ -155,7 +155,8 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
               if r.agent == "ensemble+"}
     assert labels == {"none", "linear", "vae"}
     ratios = figures.prior_function_ratios(rows, real)
-    assert {where for where, _, _, _ in ratios} == {"iris", "digits"}
+    by_dataset = {"iris": (("dataset", "iris"),), "digits": (("dataset", "digits"),)}  # panels
+    assert {where for where, _, _, _ in ratios} == set(by_dataset.values())
     expected = {("none", 0.0): 1.0, ("linear", 0.1): 0.9, ("linear", 1.0): 0.8, ("vae", 3.0): 0.5}
     assert {(label, scale) for _, _, label, scale in ratios} == set(expected)
     for (_, _, label, scale), by_t in ratios.items():
@@ -164,7 +165,7 @@ def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp
         assert all(len(values) == 2 for values in by_t.values())  # 2 seeds per (dataset, T)
     best = figures.best_prior_scales(ratios)
     assert best == {(where, tau, label): scale
-                    for where in ("iris", "digits") for tau in (1, 100)
+                    for where in by_dataset.values() for tau in (1, 100)
                     for label, scale in (("none", 0.0), ("linear", 1.0), ("vae", 3.0))}
     path = figures.figure_prior_functions(rows, real, tmp_path / "f7.png")
     assert _png_size(path) == (2000, 1400)  # 2 taus x 2 datasets

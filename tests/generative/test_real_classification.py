@@ -206,8 +206,8 @@ def test_results_on_stand_in_datasets_say_what_they_stand_in_for(tmp_path, capsy
     for args in (["--sweep", "quick"], ["--dataset", str(path)]):
         status, out = _cli(["problems", *args], capsys)
         assert status == 0 and out.err == "", out.err
-    figures = pytest.importorskip("neural_testbed.figures.leaderboard")
-    assert [figures._temperature_title(name) for name in ("digits", "wine", "iris")] == [
+    from neural_testbed.leaderboard import panels
+    assert [panels.title((("dataset", name),)) for name in ("digits", "wine", "iris")] == [
         "digits (for MNIST)", "wine (for wine quality)", "iris"]
 
 

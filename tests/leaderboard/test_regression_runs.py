@@ -135,8 +135,10 @@ def test_the_leaderboard_averages_the_metacorrelation(oracle_rows):
 
 
 def test_plot_titles_regression_panels_and_diagnose_refuses_regression(tmp_path, capsys):
-    from neural_testbed.figures import leaderboard as figures
-    assert figures._temperature_title((10, 0.01)) == "d = 10, noise variance 0.01"
+    from neural_testbed.leaderboard import panels
+    problem = leaderboard.get_sweep("regression-quick")["regression/0"]
+    assert panels.title(panels.panel(problem.stratum_columns)) == (
+        f"d = {problem.input_dim}, noise variance {problem.noise_variance:g}")
     db = tmp_path / "d.db"
     assert cli.main(["diagnose", "--agent", "mlp", "--sweep", "regression-quick",
                      "--problem", "regression/0", "--db", str(db), "--out",

@@ -403,3 +403,29 @@ def test_health_and_the_references_fill_and_clip_rules():
     assert ours["problems"] == theirs["problems"] == 3 and theirs["of"] == 4
     with pytest.raises(ValueError, match="unknown rules 'nope'"):
         _score(rows, PROBLEMS, rules="nope")
+
+
+@pytest.mark.parametrize("sweep, columns", [
+    ("paper", ["temperature", "num_train"]),
+    ("classification-quick", ["temperature", "num_train", "input_dim"]),
+    ("real-quick", ["dataset", "num_train"]),
+    ("regression-quick", ["input_dim", "noise_variance", "num_train"]),
+])
+def test_setting_columns_are_named_by_the_problems_one_meaning_each(sweep, columns):
+    """A per-setting record names its stratum's coordinates as its problems do: a
+    regression setting's noise variance is in ``noise_variance``, never in
+    ``temperature``; a dataset in ``dataset``; pooled records have the same names, None."""
+    problems = dict([(pid, p) for pid, p in leaderboard.get_sweep(sweep).items()
+                     if p.input_dim != 2 or sweep == "paper"][:12])  # d = 2: no d column
+    rows = [_stored(p, agent, "A", tau, 1.0 + i)
+            for agent in ("a", "base") for i, p in enumerate(problems.values())
+            for tau in p.taus]
+    for record in scoring.kl_by_setting(rows, problems):
+        assert [k for k in record if k in (*columns, "temperature", "dataset",
+                                           "noise_variance", "input_dim")] == columns
+        problem = next(p for p in problems.values()
+                       if all(p.stratum_columns[c] == record[c] for c in columns))
+        assert problem.stratum_columns == {c: record[c] for c in columns}
+    pooled = [r for r in scoring.compare_agents(rows, problems, "a", ["base"])
+              if r["scope"] == "pooled"]
+    assert pooled and all({c: r[c] for c in columns} == dict.fromkeys(columns) for r in pooled)
