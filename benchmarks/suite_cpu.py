@@ -8,8 +8,12 @@ fresh compilation cache, ``-p no:cacheprovider``) with this file as a plugin in 
 test process, which records for each test its wall seconds, its process's CPU seconds,
 the CPU seconds of the commands it started and waited for (``RUSAGE_CHILDREN``; a Ray
 cluster's processes are not counted) and the seconds and number of XLA compilations
-in its process (JAX's ``backend_compile_duration`` events, wall seconds). Prints the
-totals, the tests and files that cost most, and pytest's own summary line.
+in its process (JAX's ``backend_compile_duration`` events, wall seconds), and the
+seconds its process spent tracing to jaxprs and lowering them to StableHLO (JAX's
+``jaxpr_trace_duration`` and ``jaxpr_to_mlir_module_duration`` events). Prints the
+totals, the tests and files that cost most, and pytest's own summary line, and appends
+the totals (machine, date, versions, command, the costliest files) to
+``benchmarks/results/suite_cpu.jsonl``.
 
 Usage:
   PYTHONPATH=. python benchmarks/suite_cpu.py                    # whole suite
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import glob
 import json
 import os
@@ -32,15 +37,19 @@ import time
 import pytest
 
 _OUT = "NEURAL_TESTBED_SUITE_CPU_DIR"
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_compiling = {"seconds": 0.0, "programs": 0}
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "suite_cpu.jsonl")
+_EVENTS = {"/jax/core/compile/backend_compile_duration": "compile",
+           "/jax/core/compile/jaxpr_trace_duration": "trace",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower"}
+_compiling = {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": 0}
 _tests: dict[str, dict] = {}
 
 
 def _on_duration(event, duration, **_):
-    if event == _COMPILE_EVENT:
-        _compiling["seconds"] += duration
-        _compiling["programs"] += 1
+    name = _EVENTS.get(event)
+    if name:
+        _compiling[name] += duration
+        _compiling["programs"] += name == "compile"
 
 
 def _cpu() -> tuple[float, float]:
@@ -58,13 +67,12 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     own, children = _cpu()
-    compile_seconds, programs, start = _compiling["seconds"], _compiling["programs"], time.time()
+    before, start = dict(_compiling), time.time()
     yield
     own_after, children_after = _cpu()
     _tests[item.nodeid] = {"wall": time.time() - start, "cpu": own_after - own,
                            "children_cpu": children_after - children,
-                           "compile": _compiling["seconds"] - compile_seconds,
-                           "programs": _compiling["programs"] - programs}
+                           **{k: _compiling[k] - before[k] for k in _compiling}}
 
 
 def pytest_unconfigure(config):
@@ -74,12 +82,16 @@ def pytest_unconfigure(config):
             json.dump(_tests, f)
 
 
-def _report(tests: dict[str, dict], top: int) -> None:
-    total = {k: sum(t[k] for t in tests.values()) for k in ("wall", "cpu", "children_cpu",
-                                                            "compile", "programs")}
+_TOTALS = ("wall", "cpu", "children_cpu", "trace", "lower", "compile", "programs")
+
+
+def _report(tests: dict[str, dict], top: int) -> dict[str, float]:
+    """Prints the totals and the costliest tests and files; returns the totals and files."""
+    total = {k: sum(t[k] for t in tests.values()) for k in _TOTALS}
     print(f"{len(tests)} tests: CPU {total['cpu']:.0f} s in test processes + "
           f"{total['children_cpu']:.0f} s in commands they waited for; wall {total['wall']:.0f} s "
-          f"added up; {total['programs']:.0f} XLA compilations, {total['compile']:.0f} s (wall)")
+          f"added up; {total['programs']:.0f} XLA compilations, {total['compile']:.0f} s (wall), "
+          f"after {total['trace']:.0f} s tracing and {total['lower']:.0f} s lowering")
     print(f"\n{'CPU s':>7} {'own':>6} {'cmds':>6} {'wall s':>7} {'comp s':>7} {'progs':>5}  test")
     cost = lambda t: t["cpu"] + t["children_cpu"]
     for name, t in sorted(tests.items(), key=lambda kv: -cost(kv[1]))[:top]:
@@ -90,8 +102,11 @@ def _report(tests: dict[str, dict], top: int) -> None:
         files[name.split("::")[0]].update({"cpu": cost(t), "wall": t["wall"],
                                            "compile": t["compile"]})
     print(f"\n{'CPU s':>7} {'wall s':>7} {'comp s':>7}  file")
-    for name, f in sorted(files.items(), key=lambda kv: -kv[1]["cpu"])[:top]:
+    costliest = sorted(files.items(), key=lambda kv: -kv[1]["cpu"])[:top]
+    for name, f in costliest:
         print(f"{f['cpu']:7.1f} {f['wall']:7.1f} {f['compile']:7.1f}  {name}")
+    return {**{k: round(v, 1) for k, v in total.items()},
+            "files": {name: round(f["cpu"], 1) for name, f in costliest}}
 
 
 def main(argv=None) -> int:
@@ -120,7 +135,19 @@ def main(argv=None) -> int:
     if not tests:
         print(run.stdout[-2000:], run.stderr[-2000:], sep="\n", file=sys.stderr)
         return 1
-    _report(tests, args.top)
+    sys.path.insert(0, here)
+    import mechanisms  # machine and versions, recorded alike (not in the test processes)
+
+    record = {"benchmark": "suite_cpu", "tests": len(tests), "exit": run.returncode,
+              "wall_s": round(wall, 1), "summary": lines[-1], **_report(tests, args.top),
+              "command": "PYTHONPATH=. python benchmarks/suite_cpu.py" + (
+                  " -- " + " ".join(args.pytest_args) if args.pytest_args else ""),
+              "load_average_after": round(os.getloadavg()[0], 2),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "machine": mechanisms._machine(), "versions": mechanisms._versions()}
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
     return run.returncode
 
 
