@@ -34,6 +34,7 @@ def _mlp_predictions(problem, spec, config):
     return out
 
 
+@pytest.mark.slow  # over 3 s on the 2-core machine
 @pytest.mark.parametrize("problem", [PROBLEM, PAPER], ids=["dyadic", "iid"])
 def test_the_array_path_gives_the_run_paths_rows(problem):
     """The same trained network scored both ways: the same estimate, standard error,

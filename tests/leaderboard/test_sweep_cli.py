@@ -92,6 +92,7 @@ def test_killed_sweep_resumes_with_exactly_the_uninterrupted_rows(workdir):
     assert _rows(workdir / "killed.db") == reference  # (a run with nothing left: test_cli.py)
 
 
+@pytest.mark.slow  # over 3 s on the 2-core machine
 def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
     status, out, err = _run(["leaderboard", "--import", TOY, "--sweep", "smoke", "--db",
                              "ref.db", "--format", "csv"], workdir)
@@ -121,15 +122,17 @@ def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
      (["compare", "--agent", "nope", "--db", "ref.db"], "--agent 'nope': no such agent"),
      (["run", "--agent", "mlp", "--import", "no_such_module"], "--import no_such_module: No module")],
 )
-def test_bad_input_is_a_clear_message_without_traceback(workdir, args, message, monkeypatch,
-                                                        capsys):
-    """In this process (the command's own entry point, without a new interpreter per case)."""
-    from neural_testbed import cli, leaderboard
+def test_bad_input_is_a_clear_message_without_traceback(tmp_path, smoke_rows, args, message,
+                                                        monkeypatch, capsys):
+    """In this process (the command's own entry point, without a new interpreter per case),
+    beside a store of mlp rows on the smoke sweep (made up: no input here is computed)."""
+    from neural_testbed import agents, cli, leaderboard
 
-    (workdir / "corrupt.db").write_bytes(b"garbage" * 200)
-    if not (workdir / "empty.db").exists():
-        leaderboard.ResultsStore(workdir / "empty.db").close()
-    monkeypatch.chdir(workdir)
+    with leaderboard.ResultsStore(tmp_path / "ref.db") as store:
+        store.write(smoke_rows("mlp", agents.get_agent("mlp").default, 1.0))
+    (tmp_path / "corrupt.db").write_bytes(b"garbage" * 200)
+    leaderboard.ResultsStore(tmp_path / "empty.db").close()
+    monkeypatch.chdir(tmp_path)
     status = cli.main(args)
     err = capsys.readouterr().err
     assert message in err, err
@@ -177,6 +180,7 @@ def test_a_bad_ray_address_is_one_line_before_any_work(tmp_path, refused_address
     assert not (tmp_path / "x.db").exists()
 
 
+@pytest.mark.slow  # over 3 s on the 2-core machine
 def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
     status, out, err = _run(["compare", "--agent", "toy", "--baseline", "mlp", "--sweep",
                              "smoke", "--db", "ref.db"], workdir)
@@ -184,6 +188,7 @@ def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
     assert re.search(r"toy vs mlp: significantly better in \d+, worse in \d+ of 4", out)
 
 
+@pytest.mark.slow  # over 3 s on the 2-core machine
 def test_import_runs_the_named_module_and_no_other_file_of_the_working_directory(tmp_path):
     """`--import my_toy_agent` loads my_toy_agent.py from the working directory; a stray
     libtpu.py there, which JAX imports if it can when it picks a backend, never runs."""
@@ -202,6 +207,7 @@ def test_import_runs_the_named_module_and_no_other_file_of_the_working_directory
     assert not marker.exists()
 
 
+@pytest.mark.slow  # over 3 s on the 2-core machine
 def test_import_never_lets_the_working_directory_shadow_installed_packages(workdir, tmp_path):
     """A stray matplotlib.py beside the user's module is not what `plot` imports."""
     script = pathlib.Path(sys.executable).with_name("neural-testbed")
