@@ -41,7 +41,7 @@ def model_cost(agent: str, problem: base.Problem) -> ModelCost | None:
     built = spec.make(spec.default, base.Shapes.of(problem))
     if isinstance(built, base.HostAgent):
         return None
-    instance = problem.instance()
+    instance = jax.eval_shape(problem.instance)  # shapes only: no data is drawn
     key = jax.random.key(0)
     state = jax.eval_shape(built.train, key, instance.data, instance.prior)
     floats = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(state)
