@@ -199,7 +199,7 @@ def test_bad_run_settings_are_refused_before_the_store_is_made(tmp_path, capsys,
         assert not db.exists()  # not even an empty store file
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_sweep_runs_a_named_config_sweep_and_refuses_an_unknown_one(tmp_path, capsys,
                                                                      monkeypatch, one_error_line):
     """`sweep --configs prior-functions` hands ensemble+'s Figure 7 configs to the sweep;
@@ -581,7 +581,7 @@ def test_a_closed_standard_output_is_one_line_and_status_2(capsys, monkeypatch, 
     one_error_line("standard output is closed; redirect it to a file or /dev/null")
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_plot_draws_figure_5_for_a_host_agent(store, tmp_path, capsys):
     """random_forest: host agents share one path to the figure (knn's is no different)."""
     pytest.importorskip("matplotlib")

@@ -32,7 +32,7 @@ def _digest(path):
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_read_only_commands_read_a_store_that_they_cannot_write_nor_write_beside(
         tmp_path, smoke_rows):
     """Another user's 0644 store in a 0755 directory: leaderboard, export and merge read it.

@@ -182,7 +182,7 @@ def test_an_agents_page_has_its_config_its_settings_and_a_paired_comparison(writ
                in r for r in rows)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_report_writes_the_published_leaderboard_without_a_store(tmp_path, capsys):
     assert cli.main(["report", "--out", str(tmp_path / "site"), "--sweep", "paper"]) == 0
     assert "wrote" in capsys.readouterr().out
@@ -217,7 +217,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 @pytest.mark.skipif(_chromium() is None, reason="no chromium (Debian's package `chromium`; "
                                                 ".ci/run installs it)")
 def test_the_site_in_a_browser_sorts_filters_and_shows_its_figures(written, tmp_path):

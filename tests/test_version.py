@@ -39,7 +39,7 @@ def test_an_uninstalled_source_tree_reads_its_pyproject():
     assert _uninstalled_version(ROOT) == _pyproject_version()
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_without_a_distribution_or_a_pyproject_the_version_is_unknown(tmp_path):
     shutil.copytree(ROOT / "neural_testbed", tmp_path / "neural_testbed",
                     ignore=shutil.ignore_patterns("__pycache__"))

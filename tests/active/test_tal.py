@@ -32,7 +32,7 @@ def oracle_results():
     return tal.run_tal(oracle, PROBLEMS, settings)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_batchmig_with_the_oracle_as_selection_model_beats_random_selection(oracle_results):
     # Paired by problem (same labels, same prediction model): the difference must exceed
     # 2 standard errors of its mean over the 8 problems (a one-sided 5% test, t with 7 df
@@ -41,7 +41,7 @@ def test_batchmig_with_the_oracle_as_selection_model_beats_random_selection(orac
     assert mean > 2 * stderr, (mean, stderr)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_every_method_starts_from_the_same_score_and_queries_fresh_candidates(oracle_results):
     for result in oracle_results:
         starts = {float(lls[0]) for lls in result.log_likelihood.values()}
@@ -107,7 +107,7 @@ def test_the_selection_covariance_is_the_members_or_the_samples():
     np.testing.assert_allclose(sampled, scale * outer, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_single_model_takes_the_pool_in_order_and_has_no_metacorrelation():
     # Its covariance is 0: every criterion ties at 0 and takes the lowest free indices,
     # a uniformly random choice since the pool inputs are i.i.d.; it is retrained each round.

@@ -43,7 +43,7 @@ def test_an_unwritable_figure_path_is_refused_before_any_work(tmp_path, capsys, 
     assert "there is no directory" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_tal_prints_each_round_per_method_and_draws_the_figure(tmp_path, capsys):
     figure = tmp_path / "tal.png"
     status = cli.main(["tal", "--agent", "oracle_gp", "--problems", "regression_wang/0",

@@ -46,7 +46,7 @@ def test_the_context_is_averaged_over_pairs_whatever_their_order():
     assert np.all(variance > 0)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_meta_training_sees_the_key_the_prior_and_t_only():
     """Training on T pairs and on T other pairs under one key gives the same networks:
     other pairs condition the same CNP (so do more, while 2 T stays at most

@@ -96,7 +96,7 @@ def test_the_agent_trains_from_these_members_and_samples_like_the_ensemble():
                                   jax.jit(jax.vmap(plain.enn.sample_index))(keys))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_prior_functions_are_drawn_like_the_environment_and_never_trained(trained):
     agent, data, prior, state, _ = trained
     # Bit-identical after 1 and after 60 steps (Adam would move a trained leaf
@@ -173,7 +173,7 @@ def test_no_bootstrap_is_all_ones_and_unknown_is_rejected():
         ensemble_plus.bootstrap_weights(jax.random.key(0), "poisson", 3, 5)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_zero_weight_removes_a_point_from_a_members_loss():
     """Flipping the label of point j changes exactly the members that weight it 2."""
     num_train, key = 6, jax.random.key(12)
@@ -324,7 +324,7 @@ def _prior_only(state):
         lambda leaf: np.zeros(leaf.shape, leaf.dtype), state.params))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_default_prior_function_gives_the_same_numbers_as_before(trained):
     """The trained fixture (default prior function) against the code before the option."""
     agent, data, prior, state, _ = trained
@@ -403,7 +403,7 @@ def vae_trained():
     return agent, keys, data, jax.jit(jax.vmap(agent.train))(keys, data, prior)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_vae_fit_raises_the_elbo_and_its_encoder_mean_is_the_agents(vae_trained):
     """The ELBO on the 20 training inputs, averaged over 200 latent samples, gains at least
     half of what modelling the plane is worth, over the initial VAE and over any latent-free one.
@@ -444,7 +444,7 @@ def test_the_vae_fit_raises_the_elbo_and_its_encoder_mean_is_the_agents(vae_trai
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_vae_prior_reads_x_only_through_the_2d_encoder_mean(vae_trained):
     """Every member's and class's prior logit has its gradient in x in the span of the two
     rows of mu's Jacobian: stacked over 4 members x 3 classes, the [12, 5] Jacobian has

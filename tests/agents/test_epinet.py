@@ -57,7 +57,7 @@ def _indices(seed, n, index_dim=SMALL.index_dim):
     return np.asarray(_split_and_sample_indices(jax.random.key(seed), n, index_dim))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_with_epinet_and_priors_zeroed_it_is_the_base_network(trained):
     _, states = trained
     x = np.random.default_rng(1).normal(size=(30, 2)).astype(np.float32)
@@ -75,7 +75,7 @@ def test_with_epinet_and_priors_zeroed_it_is_the_base_network(trained):
         assert np.abs(np.asarray(_apply(state, x, zs[0])) - expected).max() > 1e-2
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_prior_scale_is_prior_scale_over_temperature(trained):
     _, states = trained
     for temperature, state in zip(TEMPERATURES, states):
@@ -142,7 +142,7 @@ def test_training_is_ten_times_longer_beyond_500_points_per_dimension():
     np.testing.assert_allclose(epinet.l2_scale(0.2, 10, 2), 0.2 * 0.2 ** 0.7)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_padded_training_stops_at_the_steps_of_its_own_t():
     """T = 10 in 2-d is below the ratio, the 30 padded rows above it: the padded program
     runs twice the steps and this problem's state stops changing after its own count

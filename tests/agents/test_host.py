@@ -23,7 +23,7 @@ def _numpy_mlp(params, x):
     return x @ params[-1]["w"] + params[-1]["b"]
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_host_agent_that_knows_the_environment_scores_zero():
     """A NumPy oracle: training looks up the environment; sampling is its forward pass."""
     problem = _small("classification_2d/95")
@@ -42,7 +42,7 @@ def test_a_host_agent_that_knows_the_environment_scores_zero():
     assert all(abs(r.kl) < 1e-4 for r in rows), [r.kl for r in rows]
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_belief_samples_are_batched_into_few_calls_with_fresh_seeds():
     """A continuous-index host agent (seeded noise on a linear model): the evaluator asks
     for all M x N networks of a chunk in one call, never one call per network."""

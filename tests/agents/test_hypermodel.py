@@ -174,7 +174,7 @@ def test_prior_weights_and_biases_have_the_references_variance_and_an_output_bia
     assert not np.allclose(at_zero[0], at_zero[1])
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_agent_starts_from_these_hypermodels():
     """The agent splits its key into (init, train, prior, bootstrap); after one Adam step of
     size 1e-6 the trained coefficients are within that step of init_linear_hypermodel's
@@ -199,7 +199,7 @@ def test_the_agent_starts_from_these_hypermodels():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_prior_is_fixed_and_added_with_its_scale(trained):
     agent, data, prior, state, _ = trained
     # Bit-identical after 1 and after 300 steps (Adam would move a trained leaf
@@ -222,7 +222,7 @@ def test_prior_is_fixed_and_added_with_its_scale(trained):
                                rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_fits_low_noise_training_data(trained):
     agent, data, _, state, _ = trained
     zs = _indices(agent, 8, 100)

@@ -12,7 +12,7 @@ import pytest
 from neural_testbed import agents, base, generative, leaderboard
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 @pytest.mark.parametrize("problem_id", ["classification/64", "classification_2d/97"])
 def test_the_uniform_agents_kl_is_its_closed_form(problem_id):
     """Equal probabilities: d_KL^tau = tau (log K - E_x H(p(. | x))), whatever the inputs'

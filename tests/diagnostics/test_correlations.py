@@ -48,7 +48,7 @@ def _spread(agent):
     return values.mean(), values.std(ddof=1) / np.sqrt(len(values))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_exact_posterior_has_metacorrelation_one():
     # Sample correlations from M = 1000 draws are off by about 1 / sqrt(M) per pair,
     # so the metacorrelation is just under 1; the bound is 4 SE of the 8 repeats below 1,

@@ -119,7 +119,7 @@ def test_the_probes_arithmetic_on_hand_made_cases():
     np.testing.assert_array_equal(nearest, [0, 1, 0])
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_exact_posteriors_self_certainty_falls_as_t_grows():
     # Ten independent problems per T: the means' difference against 4 standard errors
     # of that difference (the problems are independent draws).

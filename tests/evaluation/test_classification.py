@@ -62,7 +62,7 @@ def test_without_an_exact_likelihood_the_result_is_the_nll():
     np.testing.assert_allclose(nll.kl - kl.kl, -jnp.mean(test.log_likelihood), rtol=1e-5)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_mistaken_agent_has_positive_kl():
     """An agent at the wrong temperature is worse than the truth by many standard errors."""
     sampler = lambda x, key: generative.environment_logits(_env(), x) * 0.2
@@ -138,7 +138,7 @@ def _three_member_enn(num_indices):
     )
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 @pytest.mark.parametrize("tau", [1, 100])
 def test_evaluating_distinct_members_once_gives_the_same_estimate(tau):
     """Counting the sampled member ids of each test sample (3 forward passes) equals

@@ -170,7 +170,7 @@ def test_distinct_samples_and_occupied_cells():
     assert cells <= float(tau10.distinct_samples) == 3.0
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_kl_of_one_network_grows_linearly_in_tau():
     """One mistaken network (the environment's logits times 0.3): its joint prediction is
     the product of its marginals, and so is the environment's, so each test tau-sample's

@@ -24,7 +24,7 @@ def _closed_form_kl(state, x, f, noise_variance):
                   + jnp.linalg.slogdet(total)[1] - n * jnp.log(noise_variance))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 @pytest.mark.parametrize("tau, estimator", [(1, "monte_carlo"), (10, "gaussian")])
 def test_the_oracle_scores_its_closed_form_kl(tau, estimator):
     """Per test sample, the estimate's term minus the closed-form KL at its inputs has mean 0;
@@ -57,7 +57,7 @@ def test_the_oracle_scores_its_closed_form_kl(tau, estimator):
     assert np.asarray(expected).mean() > 0.05 * tau  # T = 20 points leave the oracle uncertain
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_evaluator_runs_the_whole_problem_and_its_stderr_covers_the_spread():
     problem = gp_regression.GPRegressionProblem(
         "regression/0", input_dim=2, num_train=20, seed=2, num_pool=200, num_test=200,

@@ -64,7 +64,7 @@ def _png_size(path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_each_figure_is_a_png_of_its_size(tmp_path):
     rows = _rows()
     backend = matplotlib.get_backend()
@@ -82,7 +82,7 @@ def test_each_figure_is_a_png_of_its_size(tmp_path):
     assert matplotlib.get_backend() == backend  # the user's backend is left alone
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_save_figures_writes_the_four_figures(tmp_path):
     out = tmp_path / "new" / "dir"
     paths = figures.save_figures(_rows(), PROBLEMS, out)
@@ -94,7 +94,7 @@ def test_save_figures_writes_the_four_figures(tmp_path):
         assert p.with_suffix(".pdf").read_bytes().startswith(b"%PDF-")
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_without_mlp_results_raw_kl_is_plotted(tmp_path):
     rows = _rows(with_mlp=False)
     records = scoring.score_agents(rows, PROBLEMS, tuning="per-setting")[0]
@@ -111,7 +111,7 @@ def test_no_usable_rows_is_a_clear_error(tmp_path):
         figures.figure_normalised_kl([], tmp_path / "f2.png")
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_agent_samples_figure(tmp_path):
     problem = leaderboard.get_sweep("paper")["classification_2d/17"]
     agent = agents.make_mlp_agent(agents.MLPConfig(num_steps=20), base.Shapes.of(problem))
@@ -129,7 +129,7 @@ def test_agent_samples_needs_2d_inputs(tmp_path):
     assert not (tmp_path / "f5.png").exists()
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_prior_functions_figure_divides_by_the_baselines_default_per_problem(tmp_path):
     """Figure 7 on two real datasets: each ensemble+ prior's NLL over mlp's default on the
     same problem. Rows are made so every ratio is known: none 1.0, linear 0.9 at scale 0.1

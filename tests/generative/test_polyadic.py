@@ -108,7 +108,7 @@ def test_a_bad_kappa_is_one_clear_error(kappa):
         dataclasses.replace(problem, kappa=kappa)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_environment_scores_zero_on_the_new_sweep(environment_agent):
     """An agent that is the environment scores d_KL 0 (to float32 rounding) at tau = 1 and
     10 on a problem of each input dimension, through the run path (N = M = 100 here to

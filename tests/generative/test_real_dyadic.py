@@ -46,7 +46,7 @@ def test_anchor_rows_give_at_most_kappa_distinct_rows_and_iid_rows_are_unchanged
                                   jax.random.randint(key, (500, 10), 0, 30))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 @pytest.mark.parametrize("pid", ["iris_dyadic/12", "digits_dyadic/3"])
 def test_the_joint_nll_is_enns_polyadic_nll_on_the_same_draws(pid):
     """Random logits for M belief samples at each tau-sample's anchor rows, scored by the

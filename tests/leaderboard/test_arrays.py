@@ -34,7 +34,7 @@ def _mlp_predictions(problem, spec, config):
     return out
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 @pytest.mark.parametrize("problem", [PROBLEM, PAPER], ids=["dyadic", "iid"])
 def test_the_array_path_gives_the_run_paths_rows(problem):
     """The same trained network scored both ways: the same estimate, standard error,

@@ -38,7 +38,7 @@ def published(tmp_path, mlp_rows, monkeypatch):
     return path
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_table_round_trips_and_says_how_far_it_got(published, mlp_rows):
     loaded = baselines.load(published)
     assert loaded.version == "baselines v1, neural-testbed 0.1.0"
@@ -57,7 +57,7 @@ def test_the_table_round_trips_and_says_how_far_it_got(published, mlp_rows):
     assert again.read_bytes() == published.read_bytes()
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_each_part_of_the_table_says_where_it_was_computed(tmp_path, mlp_rows):
     # mlp's rows from one machine, ensemble's (the same numbers relabelled) from another,
     # on two sweeps that share no problem: describe names only the machines of the
@@ -195,7 +195,7 @@ def test_compare_takes_a_missing_baseline_from_the_published_rows(published, mlp
     assert "neither" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_reproduce_agrees_with_the_published_rows_and_catches_a_wrong_one(
         published, mlp_rows, tmp_path, capsys):
     assert cli.main(["reproduce", "--agent", "mlp", "--sweep", "smoke", "--problems", "2",

@@ -84,7 +84,7 @@ def test_a_batch_of_configs_gives_each_config_its_own_numbers(tmp_path):
         np.testing.assert_allclose(together[key].accuracy, row.accuracy, atol=1e-6)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_planner_makes_one_unit_per_batch_of_configs_and_splits_partly_stored_ones(
         tmp_path):
     units, _ = plan_units("mlp", CONFIGS, PROBLEMS, None, RunOptions(configs_per_batch=3))

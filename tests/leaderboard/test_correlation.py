@@ -264,7 +264,7 @@ def test_correlate_command_writes_figure_6b(store, tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_plot_with_a_real_sweep_also_writes_figure_6b(store, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "figures"

@@ -77,7 +77,7 @@ def test_real_dyadic_trains_on_reals_rows_and_tests_from_two_anchors():
     ("regression-current", "regression_current/125"),
     ("real-dyadic", None),
 ])
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_environment_scores_zero_on_a_current_sweep(environment_agent, sweep, pid):
     """d_KL is 0 (to float32 rounding) at every tau for an agent that is the environment:
     exact at any N and M for a one-member agent, so N = M = 100 keep the test short.

@@ -72,7 +72,7 @@ def _without_padding(make):
     return lambda config, shapes: make(config, shapes)._replace(accepts_padding=False)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_padding_changes_no_number_and_trains_every_T_with_one_program():
     config = agents.MLPConfig(num_steps=50)
     assert agents.make_mlp_agent(config, SHAPES).accepts_padding
@@ -94,7 +94,7 @@ def test_padding_changes_no_number_and_trains_every_T_with_one_program():
         np.testing.assert_allclose(a.kl, b.kl, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_host_agent_trains_on_its_own_pairs_and_evaluates_every_T_with_one_program():
     """A host agent gets each problem's own T rows; the evaluation programs, which hold
     its callback and so are compiled in every process, are compiled once for all T."""
@@ -139,7 +139,7 @@ def test_a_sweep_pads_each_problem_to_its_padding_groups_largest_T():
     assert {u.train_rows for u in units} == {0}  # GP regression draws do not nest
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_batch_larger_than_one_T_trains_several_T_together_with_the_same_numbers():
     """With --problems-per-batch N and an agent that pads, units are cut from the padding
     group: N = 6 puts the 2 seeds of each of T = 1, 10, 100 in one batch; the rows equal

@@ -42,7 +42,7 @@ def _exact(instance, added):
     return mean, jnp.diag(cov), jnp.diag(oracle_gp.posterior(state, data.x)[1]), after
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_the_exact_posteriors_probes_through_its_belief_samples():
     instance = PROBLEM.instance()
     agent_key, probe_key = probing.probe_keys(PROBLEM, 0)
@@ -109,7 +109,7 @@ def _records(text):
     return list(csv.DictReader(io.StringIO(text)))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_probe_a_single_model_exactly_through_the_command(tmp_path, capsys):
     # A single network has no spread: s is sigma everywhere, before and after training
     # again, so every probe has an exact value whatever it learnt.

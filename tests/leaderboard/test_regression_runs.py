@@ -29,7 +29,7 @@ def oracle_rows():
     return _rows("oracle_gp")
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_rows_carry_the_kl_and_the_metacorrelation_and_no_classification_metrics(oracle_rows):
     assert len(oracle_rows) == 2 * len(PROBLEMS) == 8
     for r in oracle_rows:
@@ -42,7 +42,7 @@ def test_rows_carry_the_kl_and_the_metacorrelation_and_no_classification_metrics
         assert r.noise_variance == 0.01 and r.temperature is None
 
 
-@pytest.mark.slow  # the oracle's run (oracle_rows): over 3 s on the 2-core machine
+@pytest.mark.slow  # the oracle's run (oracle_rows), among the costliest (benchmarks/suite_cpu.py)
 def test_the_smallest_taus_row_keeps_the_agents_predictive_at_the_probes(oracle_rows):
     """The stored mean is the M = 200 samples' mean: within 5 of its standard errors of the
     exact posterior's; the stored covariance's diagonal is the sampled variance plus noise."""
@@ -126,7 +126,7 @@ def test_problems_lists_the_regression_sweeps_settings(capsys):
     assert len(leaderboard.get_sweep("regression-wang")) == 30
 
 
-@pytest.mark.slow  # the oracle's run (oracle_rows): over 3 s on the 2-core machine
+@pytest.mark.slow  # the oracle's run (oracle_rows), among the costliest (benchmarks/suite_cpu.py)
 def test_the_leaderboard_averages_the_metacorrelation(oracle_rows):
     problems = {p.problem_id: p for p in PROBLEMS}
     stored = [store_lib.StoredRow(**r.as_dict(), version="0", timestamp="t")

@@ -24,7 +24,7 @@ FAST_MLP = functools.partial(agents.make_mlp_agent, agents.MLPConfig(num_steps=1
 SHAPES = base.Shapes.of(PAPER["classification_2d/90"])  # every problem here: d = 2, K = 2
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_rows_have_every_field_for_every_problem_and_tau():
     problems = _small(["classification_2d/20", "classification_2d/21"])
     seen = []
@@ -40,7 +40,7 @@ def test_rows_have_every_field_for_every_problem_and_tau():
         assert r.num_clipped == 0 and (r.num_test, r.num_samples) == (200, 100)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_compilation_is_timed_apart_and_paid_once_per_shape(monkeypatch):
     """Two batches of one shape: the first pays for compilation, the second reuses it, and
     no compile second is counted as training or evaluation. The run's clock is a fake one
@@ -67,7 +67,7 @@ def test_compilation_is_timed_apart_and_paid_once_per_shape(monkeypatch):
     assert all(r.train_seconds == 0 and r.eval_seconds == 0 for r in rows)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_batch_sizes_programs_compile_once_per_run(monkeypatch):
     """Building, training and each tau's evaluation compile for the first batch of a size;
     the next batch of that size compiles nothing."""
@@ -87,7 +87,7 @@ def test_a_batch_sizes_programs_compile_once_per_run(monkeypatch):
     assert all(r.compile_seconds == 0 for r in rows[4:])
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_batched_training_gives_the_numbers_of_one_problem_at_a_time():
     problems = _small(["classification_2d/90", "classification_2d/91", "classification_2d/92"])
     together = leaderboard.run_agent(FAST_MLP, problems, "mlp", progress=False)
@@ -97,7 +97,7 @@ def test_batched_training_gives_the_numbers_of_one_problem_at_a_time():
         np.testing.assert_allclose(a.kl, b.kl, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_runner_matches_evaluating_the_trained_sampler_directly():
     """The runner's KL for a problem equals the Python API's evaluate_sampler with the same keys."""
     problem = _small(["classification_2d/95"], taus=(1,))[0]
@@ -128,7 +128,7 @@ def _flaky_agent():
     return base.Agent(train, base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_failing_problem_is_recorded_and_the_others_run():
     problems = _small(["classification_2d/10", "classification_2d/20", "classification_2d/160",
                        "classification_2d/21"])  # T=3; T=10; T=10 at temperature 0.5; T=10
@@ -212,7 +212,7 @@ def test_programs_that_factorise_run_one_at_a_time():
     assert not programs.factorising.locked()
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
     """A GPU multiplies float32 matrices in TensorFloat-32 unless told otherwise: problems'
     draws then depend on the device. Every product the runner traces (building, training,
@@ -249,7 +249,7 @@ def test_every_matrix_product_is_traced_in_full_float32(monkeypatch):
     assert in_effect and set(in_effect) == {runner.MATMUL_PRECISION}
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_sweep_compiles_once_per_config_group_and_shape(monkeypatch, tmp_path):
     """The trace count of a sweep: 4 mlp configs in 2 groups (adaptive decay on and off,
     each group's two learning rates traced together) on smoke's 4 problems. mlp trains on

@@ -68,7 +68,7 @@ def test_two_local_workers_give_the_plain_rows(plain, tmp_path):
     assert _sweep(tmp_path / "w.db", workers=2)[1] == plain
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_units_at_once_run_side_by_side_and_give_the_plain_rows(plain, tmp_path, monkeypatch):
     """Two units at once in this process: the first two meet at a barrier, which only two
     units in flight at the same time can pass (one at a time, it times out and the sweep
@@ -87,7 +87,7 @@ def test_units_at_once_run_side_by_side_and_give_the_plain_rows(plain, tmp_path,
     assert len(threads) == 2 and all(t.startswith("neural-testbed-unit") for t in threads)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_host_agent_computes_units_at_once_with_the_serial_numbers():
     """random_forest keeps its forests in its runner between training and evaluation: two
     units of one shape at once take turns there and give the serial rows. (Without the
@@ -137,7 +137,7 @@ def test_bad_units_at_once_is_refused_before_anything_runs(tmp_path, kwargs, mes
         assert store.rows() == []
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_shards_merged_give_the_plain_rows(plain, tmp_path):
     computed = 0
     for i in (1, 2):
@@ -172,7 +172,7 @@ def _fake_row(pid, kl):
     return store_lib.StoredRow(**values)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_broken_agent_gets_failed_rows_and_retry_touches_only_them(tmp_path, monkeypatch):
     paper = leaderboard.get_sweep("paper")
     problems = [dataclasses.replace(paper[f"classification_2d/{i}"], num_test=50, num_samples=20)

@@ -78,7 +78,7 @@ for i in range(int(sys.argv[3])):
 """
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):
     path = str(tmp_path / "shared.db")
     leaderboard.ResultsStore(path).close()
@@ -519,7 +519,7 @@ def _read_as(prefix, path):
     return proc.stdout.strip()
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 @pytest.mark.parametrize("logs", ["none", "of a writer still open"])
 def test_a_shared_store_is_read_by_a_user_who_cannot_write_it_or_its_directory(tmp_path, logs):
     """A store in WAL mode whose reader can write neither the file nor the directory, so
@@ -540,7 +540,7 @@ def test_a_shared_store_is_read_by_a_user_who_cannot_write_it_or_its_directory(t
             assert _read_as(prefix, path) == ("2" if logs == "none" else "3")
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_a_log_that_the_reader_cannot_index_is_refused_not_skipped(tmp_path):
     """A write-ahead log left without its index (a writer killed, the index removed) in a
     directory the reader cannot write: reading the file alone would miss the log's rows."""

@@ -56,7 +56,7 @@ def _without_timings(err):
             if not line.startswith(("time:", "tal:", "probe ")) and "problems computed" not in line]
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_tal_resumes_from_the_store_and_a_rerun_prints_the_same(tmp_path, capsys, computed):
     db = tmp_path / "r.db"
     argv = ["tal", "--agent", "oracle_gp", "--rounds", "2", "--batch", "3", "--method",
@@ -95,7 +95,7 @@ def test_tal_resumes_from_the_store_and_a_rerun_prints_the_same(tmp_path, capsys
         assert float(row["batchmig"]) == pytest.approx(np.mean([c["batchmig"][r] for c in curves]))
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_probe_resumes_from_the_store_and_a_rerun_prints_the_same(tmp_path, capsys, computed):
     db, out = tmp_path / "r.db", tmp_path / "figures"
     argv = ["probe", "--agent", "mlp", "--set", "num_steps=10", "--reduction-k", "1",

@@ -92,7 +92,7 @@ def test_killed_sweep_resumes_with_exactly_the_uninterrupted_rows(workdir):
     assert _rows(workdir / "killed.db") == reference  # (a run with nothing left: test_cli.py)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_registered_agent_goes_through_leaderboard_and_compare(workdir):
     status, out, err = _run(["leaderboard", "--import", TOY, "--sweep", "smoke", "--db",
                              "ref.db", "--format", "csv"], workdir)
@@ -180,7 +180,7 @@ def test_a_bad_ray_address_is_one_line_before_any_work(tmp_path, refused_address
     assert not (tmp_path / "x.db").exists()
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
     status, out, err = _run(["compare", "--agent", "toy", "--baseline", "mlp", "--sweep",
                              "smoke", "--db", "ref.db"], workdir)
@@ -188,7 +188,7 @@ def test_compare_needs_no_import_for_an_agent_in_the_store(workdir):
     assert re.search(r"toy vs mlp: significantly better in \d+, worse in \d+ of 4", out)
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_import_runs_the_named_module_and_no_other_file_of_the_working_directory(tmp_path):
     """`--import my_toy_agent` loads my_toy_agent.py from the working directory; a stray
     libtpu.py there, which JAX imports if it can when it picks a backend, never runs."""
@@ -207,7 +207,7 @@ def test_import_runs_the_named_module_and_no_other_file_of_the_working_directory
     assert not marker.exists()
 
 
-@pytest.mark.slow  # over 3 s on the 2-core machine
+@pytest.mark.slow  # among the costliest tests (benchmarks/suite_cpu.py lists them)
 def test_import_never_lets_the_working_directory_shadow_installed_packages(workdir, tmp_path):
     """A stray matplotlib.py beside the user's module is not what `plot` imports."""
     script = pathlib.Path(sys.executable).with_name("neural-testbed")
