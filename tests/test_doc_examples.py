@@ -14,10 +14,10 @@
   problem ids exist; ``pip install`` names extras that ``pyproject.toml`` has; the set-up
   lines are the README's two commands. Those that take seconds (listing agents and
   problems, ``--help``, the published leaderboard) also run, and so do those that read
-  the paper sweep's rows (``leaderboard``, ``compare``, ``plot``, ``export``, ``report``),
-  in a copy of the directory above; the rest train agents for minutes on sweeps of
-  hundreds of problems, which the tutorial and the command's own tests run on small
-  sweeps.
+  the rows of the paper sweep or its subsets (``leaderboard``, ``compare``, ``plot``,
+  ``export``, ``report``), in a copy of the directory above; the rest train agents for
+  minutes on sweeps of hundreds of problems, which the tutorial and the command's own
+  tests run on small sweeps.
 """
 
 import os
@@ -224,18 +224,19 @@ READERS = ("leaderboard", "compare", "plot", "export", "report")  # they train n
 
 def _reads_the_paper_rows(command: str) -> bool:
     """A command that only reads rows, of agents the reader's store holds (mlp and
-    ensemble+) on the sweep it holds them on (paper), or the published rows alone."""
+    ensemble+) on the sweep it holds them on (paper, or its subsets quick and smoke), or
+    the published rows alone."""
     words = shlex.split(command)
     sweep = words[words.index("--sweep") + 1] if "--sweep" in words else None
     agents_named = [w for flag, w in zip(words, words[1:]) if flag in ("--agent", "--baseline")]
     return (words[0] == "neural-testbed" and words[1] in READERS and not _quick(command)
-            and "--import" not in words and sweep in ("paper", None)
+            and "--import" not in words and sweep in ("paper", "quick", "smoke", None)
             and all(a in ("mlp", "ensemble+", "ensemble") for a in agents_named))
 
 
 @pytest.mark.slow  # each reads the published table beside the store
 @pytest.mark.parametrize("command", [c for c in _commands() if _reads_the_paper_rows(c.values[0])])
-def test_the_shell_commands_that_read_the_paper_rows_run(command, a_readers_store, tmp_path,
+def test_the_shell_commands_that_read_the_paper_sweeps_rows_run(command, a_readers_store, tmp_path,
                                                         monkeypatch, capsys):
     where = tmp_path / "reader"
     shutil.copytree(a_readers_store, where)  # what one command writes, the next never sees
