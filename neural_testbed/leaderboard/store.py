@@ -180,13 +180,20 @@ def _upgraded(record: Mapping[str, Any]) -> dict[str, Any]:
             "ece": None if regression else record["ece"]}
 
 
+_SECONDS = ("train_seconds", "compile_seconds", "eval_seconds")
+
+
 def stored_row(record: Mapping[str, Any], source: str = "local") -> StoredRow:
     """The row of a record of column values (a store's, or the published table's): one of
     schema 4 or older (it has no ``target``) is moved into today's columns first, and a
-    column it lacks (``diagnostics`` before schema 3) is None."""
+    column it lacks (``diagnostics`` before schema 3) is None. Seconds that were not
+    recorded (NaN, which SQLite keeps as NULL: a model scored from arrays has no training
+    time of ours) read as NaN, so that sums of them say unknown instead of failing."""
     if "target" not in record:
         record = _upgraded(record)
-    return StoredRow(**{c: record.get(c) for c in COLUMNS}, source=source)
+    values = {c: record.get(c) for c in COLUMNS}
+    values.update({c: math.nan for c in _SECONDS if values[c] is None})
+    return StoredRow(**values, source=source)
 
 
 def _key(row: base.ProblemResult) -> tuple:

@@ -695,3 +695,22 @@ def test_merge_stores_says_what_it_added_and_skipped(tmp_path):
     summary = store_lib.merge_stores(paths, str(tmp_path / "out.db"))
     assert summary == store_lib.MergeSummary(added=2, duplicates=1, studies_added=0,
                                              studies_duplicates=0, studies=False)
+
+
+def test_seconds_not_recorded_read_back_as_nan_and_the_board_scores_them(tmp_path):
+    """A model scored from arrays has no training time of ours (NaN, which SQLite keeps as
+    NULL): read back it is NaN, and the leaderboard scores the rows, its seconds unknown."""
+    import math
+
+    rows = [run_rows.result_row("know_nothing", "h", "{}", problem, tau, "auto", 0,
+                                estimate=tau * 0.5, estimate_stderr=0.01, num_clipped=0,
+                                accuracy=0.5, ece=0.1, train_seconds=math.nan,
+                                compile_seconds=0.0, eval_seconds=1.0)
+            for problem in PROBLEMS.values() for tau in problem.taus]
+    with leaderboard.ResultsStore(tmp_path / "r.db") as store:
+        store.write(rows)
+        read = store.rows()
+    assert all(math.isnan(r.train_seconds) for r in read)
+    records, _ = leaderboard.score_agents(read, PROBLEMS, baseline="")
+    assert records[0]["kl_1"] == pytest.approx(0.5)
+    assert math.isnan(records[0]["seconds_per_problem"])
