@@ -311,9 +311,7 @@ def _figures(b: Board, out: pathlib.Path) -> tuple[str, list[pathlib.Path]]:
     costs = {r["agent"]: sum(_cost(b, r)) for r in _tuned(b)}
     name = f"frontier-{_slug(b.sweep)}.png"
     try:
-        written.append(figures.figure_frontier(
-            _tuned(b), costs, b.devices,
-            out / name))
+        written.append(figures.figure_frontier(_tuned(b), costs, b.devices, out / name))
         parts.append(f'<figure><img src="{name}" alt="quality against cost on '
                      f'{_e(b.sweep)}"><figcaption>{_e(b.metric)}_agg against train + evaluate '
                      "seconds per problem; the line joins the agents no other beats on both. "

@@ -324,7 +324,7 @@ def figure_kl_vs_time(
 def device_kind(computed: str) -> str:
     """``GPU``, ``CPU``, ``mixed`` or ``not recorded``, from where rows were computed."""
     gpu = any(word in computed for word in ("GPU", "H100", "H200", "NVIDIA"))
-    # "on a 2-core x86_64 CPU" ran on the CPU; a GPU machine's "(16 CPU cores)" did not.
+    # "on an N-core <arch> CPU" ran on the CPU; a GPU machine's "(N CPU cores)" did not.
     cpu = re.search(r"\d+-core \S+ CPU", computed) is not None or (
         "CPU" in computed and not gpu)
     return "mixed" if gpu and cpu else "GPU" if gpu else "CPU" if cpu else "not recorded"

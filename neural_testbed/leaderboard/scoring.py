@@ -91,16 +91,13 @@ Candidate = tuple[str, str, str, int]  # agent, config_hash, estimator, agent_se
 Setting = tuple[Any, ...]
 
 
-def _where(setting: Setting | None, problems: Mapping[str, Any]) -> dict[str, Any]:
-    """A setting's columns, named by its problems (``Problem.stratum_columns``:
-    temperature, dataset, or d and noise variance, then T, ...); pooled over settings
-    (``None``), the same names, each None."""
-    for problem in problems.values():
-        if setting is None:
-            return dict.fromkeys(problem.stratum_columns)
-        if problem.stratum == setting:
-            return dict(problem.stratum_columns)
-    raise ValueError(f"no problem has the stratum {setting!r}")
+def _where(problems: Mapping[str, Any]) -> dict[Setting | None, dict[str, Any]]:
+    """Each setting's columns, named by its problems (``Problem.stratum_columns``:
+    temperature, dataset, or d and noise variance, then T, ...); under ``None`` (pooled
+    over settings) the same names, each None."""
+    where = {p.stratum: dict(p.stratum_columns) for p in problems.values()}
+    where[None] = dict.fromkeys(next(iter(where.values()), {}))
+    return where
 
 
 def _setting(problem: Any) -> Setting:
@@ -536,7 +533,7 @@ def _comparison(scope: str, agent: str, baseline: str, where: Mapping[str, Any],
     """One paired comparison: stratified mean difference, its stderr and t-test; for
     ``metric`` one of :data:`LOSSES`, of the rows' loss ``loss`` (``kl``, or ``nll`` on
     real data), which names the difference's column; ``where``: the setting's columns
-    (:func:`_where`).
+    (an entry of :func:`_where`).
 
     Degrees of freedom: pairs minus strata (each setting's mean is estimated).
     """
@@ -616,6 +613,7 @@ def compare_agents(
             raise ValueError(f"no results for agent {name!r} on this sweep; agents with "
                              f"results: {', '.join(sorted(present)) or 'none'}")
     mine = _tuned(agent, scores, configs, problems, "global", halves)[0]
+    where = _where(problems)
     report = sorted(halves[1])
     settings = sorted({_setting(problems[pid]) for pid in report})
     pooled, per_setting = [], []
@@ -631,7 +629,7 @@ def compare_agents(
                            theirs[pid].diagnostics.get(metric, math.nan)) for pid in pids]
                 pairs = [(_setting(problems[pid]), a - b) for pid, a, b in values
                          if not (math.isnan(a) or math.isnan(b))]
-                record = _comparison(kind, agent, name, _where(setting, problems), None, pairs,
+                record = _comparison(kind, agent, name, where[setting], None, pairs,
                                      len(scope), 0, selection, metric)
                 record["source"] = _source({pid: theirs[pid] for pid in pids})
                 (pooled if setting is None else per_setting).append(record)
@@ -642,7 +640,7 @@ def compare_agents(
                          for pid in pids]
                 clipped = sum((tau in mine[pid].clipped) + (tau in theirs[pid].clipped)
                               for pid in pids)
-                record = _comparison(kind, agent, name, _where(setting, problems), tau, pairs,
+                record = _comparison(kind, agent, name, where[setting], tau, pairs,
                                      len(scope), clipped, selection, loss=loss)
                 record["source"] = _source({pid: theirs[pid] for pid in pids})
                 (pooled if setting is None else per_setting).append(record)
@@ -785,14 +783,14 @@ def kl_by_setting(
     """
     scores, configs, metric = collect_scores(rows, problems)
     halves = _halves(problems, selection)
-    records = []
+    records, where = [], _where(problems)
     for agent in sorted({c[0] for c in scores}):
         by_pid = _tuned(agent, scores, configs, problems, tuning, halves)[0]
         for setting in sorted({_setting(p) for p in problems.values()}):
             pids = [pid for pid in by_pid if _setting(problems[pid]) == setting]
             for tau in _taus(problems):
                 mean, se, _ = stratified((setting, by_pid[pid].loss[tau]) for pid in pids)
-                records.append({"agent": agent, **_where(setting, problems), "tau": tau,
+                records.append({"agent": agent, **where[setting], "tau": tau,
                                 "metric": metric, metric: mean, f"{metric}_stderr": se,
                                 "problems": len(pids),
                                 "source": _source({pid: by_pid[pid] for pid in pids}),
