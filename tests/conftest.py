@@ -34,6 +34,7 @@ as they are.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,11 +82,13 @@ def _add_suite_flags():
 def pytest_configure(config):
     _add_suite_flags()  # before any test starts JAX's backend, which reads XLA_FLAGS
     cache = getattr(config, "cache", None)
-    if cache is not None:
-        directory = str(cache.mkdir("xla"))
-    else:
-        directory = tempfile.mkdtemp(prefix="neural_testbed_test_xla_cache_")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", directory)
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:  # the user's, or a worker's inherited one
+        pass
+    elif cache is not None:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache.mkdir("xla"))
+    else:  # removed when the session ends (pytest_unconfigure)
+        config._temporary_xla_cache = tempfile.mkdtemp(prefix="neural_testbed_test_xla_cache_")
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = config._temporary_xla_cache
     # The command's own cache setting (compilation_cache.py) names the same directory, so
     # a command a test runs never writes into the user's cache.
     os.environ["NEURAL_TESTBED_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
@@ -101,6 +104,12 @@ def pytest_configure(config):
             jax.config.update(name.lower(), value.lower() in ("1", "true") if isinstance(
                 current, bool) else type(current)(value))
 
+
+
+def pytest_unconfigure(config):
+    temporary = getattr(config, "_temporary_xla_cache", None)
+    if temporary:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def pytest_runtest_teardown(item, nextitem):

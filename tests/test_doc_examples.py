@@ -165,9 +165,14 @@ def test_every_python_example_runs(page, code, a_readers_store):
 
 
 def _commands():
+    """Each distinct command once, named by the first page that shows it (the README and
+    a docs page often show the same line: running it twice checks nothing more)."""
+    seen = set()
     for page in PAGES:
         for command in shell_commands(page):
-            yield pytest.param(command, id=f"{page.name}: {command}"[:120])
+            if command not in seen:
+                seen.add(command)
+                yield pytest.param(command, id=f"{page.name}: {command}"[:120])
 
 
 def _parsed(command: str):
