@@ -8,7 +8,8 @@ instead of compiling them. An entry is keyed by the program, the JAX and jaxlib 
 and the compiler flags, so it never changes a number.
 
 ``pytest --cache-clear`` starts cold; ``JAX_COMPILATION_CACHE_DIR`` puts the cache
-elsewhere; with ``-p no:cacheprovider`` each session gets a fresh temporary one.
+elsewhere; with ``-p no:cacheprovider`` each session gets a fresh temporary one,
+removed when it ends.
 
 The tests also compile with XLA's backend optimisations off
 (``JAX_DISABLE_MOST_OPTIMIZATIONS=1``, inherited by the commands they start): the
@@ -82,13 +83,12 @@ def _add_suite_flags():
 def pytest_configure(config):
     _add_suite_flags()  # before any test starts JAX's backend, which reads XLA_FLAGS
     cache = getattr(config, "cache", None)
-    if "JAX_COMPILATION_CACHE_DIR" in os.environ:  # the user's, or a worker's inherited one
-        pass
-    elif cache is not None:
-        os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache.mkdir("xla"))
-    else:  # removed when the session ends (pytest_unconfigure)
-        config._temporary_xla_cache = tempfile.mkdtemp(prefix="neural_testbed_test_xla_cache_")
-        os.environ["JAX_COMPILATION_CACHE_DIR"] = config._temporary_xla_cache
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # else the user's, or inherited
+        if cache is not None:
+            os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache.mkdir("xla"))
+        else:  # removed when the session ends (pytest_unconfigure)
+            config._temporary_xla_cache = tempfile.mkdtemp(prefix="neural_testbed_test_xla_cache_")
+            os.environ["JAX_COMPILATION_CACHE_DIR"] = config._temporary_xla_cache
     # The command's own cache setting (compilation_cache.py) names the same directory, so
     # a command a test runs never writes into the user's cache.
     os.environ["NEURAL_TESTBED_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
