@@ -399,6 +399,22 @@ def test_a_failed_merge_writes_nothing_and_names_missing_inputs_plainly(
     assert not out.exists()
 
 
+def test_score_refuses_a_predictions_directory_that_holds_no_problems_file_before_the_store(
+        tmp_path, monkeypatch, capsys, one_error_line):
+    """Nothing to score is a mistake (a wrong path, files named otherwise), not a run that
+    scores nothing: one line, and no store is made."""
+    monkeypatch.chdir(tmp_path)
+    score = ["score", "--agent", "mine", "--sweep", "classification-quick", "--predictions"]
+    assert cli.main([*score, "nowhere/"]) == 2
+    one_error_line("--predictions 'nowhere/' is not a directory")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "classification_5.txt").write_text("not a predictions file")
+    assert cli.main([*score, "empty"]) == 2
+    one_error_line("--predictions 'empty' holds no predictions file for any of the 12 "
+                   "problems (e.g. classification_5.npz)")
+    assert not (tmp_path / store_lib.DEFAULT_DB).exists()
+
+
 def test_import_of_a_file_named_like_an_installed_module_is_refused(
         tmp_path, capsys, one_error_line):
     shadow = tmp_path / "json.py"

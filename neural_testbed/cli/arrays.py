@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from neural_testbed.agents import registry
@@ -24,6 +25,7 @@ def _add_inputs(commands, g: options.Groups) -> None:
                     "and save probs_tau<tau> [N, M, A + 1, K] (or logits_tau<tau>) in a file "
                     "of the same name for `score`.")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory for the files")
+    options.add_problem_ids(parser)
     parser.set_defaults(handler=inputs)
 
 
@@ -41,6 +43,7 @@ def _add_score(commands, g: options.Groups) -> None:
                         help="the name of your model's rows (not a registered agent's)")
     parser.add_argument("--predictions", required=True, metavar="DIR",
                         help="directory of the predictions files")
+    options.add_problem_ids(parser)
     parser.set_defaults(handler=score)
 
 
@@ -60,6 +63,7 @@ def score(args) -> int:
         raise ValueError(f"--agent {args.agent!r} is a registered agent; name your model's "
                          "rows otherwise, so that they never mix with that agent's")
     problems = list(options.sweep_problems(args).values())
+    _some_predictions(args.predictions, problems)
     with store_lib.ResultsStore(args.db) as store:
         done = arrays.score_directory(problems, args.predictions, args.agent, store)
     for problem_id, error in done.failed.items():
@@ -70,6 +74,18 @@ def score(args) -> int:
     print(f"scored {len(done.scored)} problems into {args.db} ({len(done.failed)} failed); "
           f"`neural-testbed leaderboard --sweep {args.sweep}` ranks them")
     return 0
+
+
+def _some_predictions(directory: str, problems) -> None:
+    """Refuses, before the store is opened, a directory with no problem's predictions."""
+    if not os.path.isdir(directory):
+        raise ValueError(f"--predictions {directory!r} is not a directory; save the "
+                         "predictions files there as `neural-testbed inputs --help` describes")
+    if not any(os.path.exists(os.path.join(directory, arrays.file_name(p.problem_id)))
+               for p in problems):
+        raise ValueError(f"--predictions {directory!r} holds no predictions file for any of "
+                         f"the {len(problems)} problems (e.g. "
+                         f"{arrays.file_name(problems[0].problem_id)})")
 
 
 # Each command's parser, added by the top-level parser (see cli.build_parser).

@@ -174,7 +174,9 @@ def score_predictions(problem: base.Problem, predictions: Mapping[int, np.ndarra
     return rows
 
 
-def _file_name(problem_id: str) -> str:
+def file_name(problem_id: str) -> str:
+    """The name of a problem's arrays file and of its predictions file: a flat name, so
+    that one directory holds a whole sweep's."""
     return problem_id.replace("/", "_") + ".npz"
 
 
@@ -189,7 +191,7 @@ def write_problem_arrays(problems: Sequence[base.Problem], out: str | pathlib.Pa
         arrays = problem_arrays(problem)
         tests = {f"{name}_tau{tau}": value for tau, t in arrays.tests.items()
                  for name, value in (("x", t.x), ("index", t.index))}
-        path = out / _file_name(problem.problem_id)
+        path = out / file_name(problem.problem_id)
         np.savez(path, x_train=arrays.x_train, y_train=arrays.y_train,
                  num_classes=arrays.num_classes, num_samples=arrays.num_samples, **tests)
         paths.append(str(path))
@@ -201,7 +203,7 @@ def read_predictions(problem: base.Problem, directory: str | pathlib.Path
     """A problem's predictions from ``directory``: the ``.npz`` named as
     :func:`write_problem_arrays` names the problem's, holding ``probs_tau<tau>`` (or
     ``logits_tau<tau>``) for each tau; returns them and their kind."""
-    path = pathlib.Path(directory) / _file_name(problem.problem_id)
+    path = pathlib.Path(directory) / file_name(problem.problem_id)
     if not path.exists():
         raise FileNotFoundError(f"no predictions for {problem.problem_id}: {path} is missing")
     with np.load(path) as saved:

@@ -20,7 +20,7 @@ README = pathlib.Path(__file__).resolve().parents[2] / "docs" / "writing-an-agen
 
 def _readme_agent(monkeypatch):
     """Runs the page's code block; returns the spec it registers (not kept registered)."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    blocks = re.findall(r"```python[^\n]*\n(.*?)```", README.read_text(), re.S)
     (code,) = [b for b in blocks if "class LinearEnsembleConfig" in b]
     registered = {}
     monkeypatch.setattr(agents, "register", lambda name, spec: registered.update({name: spec}))
