@@ -681,10 +681,12 @@ def figure_agent_samples(
     def class_1(logits: jax.Array) -> np.ndarray:
         return np.asarray(jax.nn.softmax(logits)[:, 1]).reshape(grid_size, grid_size)
 
-    maps = [("environment", class_1(generative.environment_logits(env, inputs)))]
+    # One program for every member, not an op-by-op dispatch (a program per op) for each.
+    member_logits = jax.jit(lambda state, member_key: enn.apply(
+        state, inputs, enn.sample_index(member_key)))
+    maps = [("environment", class_1(jax.jit(generative.environment_logits)(env, inputs)))]
     for i, member_key in enumerate(jax.random.split(key, num_members)):
-        index = enn.sample_index(member_key)
-        maps.append((f"sampled member {i + 1}", class_1(enn.apply(state, inputs, index))))
+        maps.append((f"sampled member {i + 1}", class_1(member_logits(state, member_key))))
 
     figure = new_figure((_PANEL_FIGURE_5 * len(maps) + 1, 4))
     axes = figure.subplots(1, len(maps), sharey=True)
