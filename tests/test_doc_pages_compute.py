@@ -83,8 +83,8 @@ def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
 
 
 def _computing_commands(page: pathlib.Path) -> list[str]:
-    """The page's commands that the tests above do not run: those that compute results,
-    and those that read what they computed."""
+    """The page's commands that tests/test_doc_examples.py does not run: those that compute
+    results, and those that read what they computed."""
     return [c for c in shell_commands(page) if shlex.split(c)[0] == "neural-testbed"
             and not _pages._quick(c) and not _pages._reads_the_paper_rows(c)]
 
@@ -135,7 +135,6 @@ def test_each_pages_computing_commands_run_in_order_on_one_problem(page, tmp_pat
             (tmp_path / title).write_text(code)
     _readers_data(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))  # `--import my_agent`, as from the shell
     inputs_dir = None  # where the page's `inputs` wrote the arrays
     for command in _computing_commands(page):
         flags = set(shlex.split(command))
