@@ -151,7 +151,12 @@ def main() -> None:
     if not args.db:
         parser.error("--db is required (the results store the rows are computed in)")
     agents, sweeps = args.agents.split(","), args.sweeps.split(",")
-    if args.resume_from_table and not os.path.exists(args.db):
+    if args.resume_from_table and not os.path.exists(args.out):  # before the store is made
+        parser.error(f"--resume-from-table reads the table at --out {args.out!r}, which does "
+                     "not exist (copy the shipped table there first)")
+    if args.resume_from_table and os.path.exists(args.db):
+        print(f"note: {args.db} exists, so it is not filled from the table again", flush=True)
+    elif args.resume_from_table:
         with store.ResultsStore(args.db) as results:
             added, _ = results.merge(baselines.load(args.out).rows)
         print(f"filled {args.db} with {added} published rows", flush=True)

@@ -5,7 +5,10 @@ import functools
 import gzip
 import importlib.util
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -259,3 +262,15 @@ def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path,
     (part,) = baselines.load(out).progress
     assert (part["problems"], part["failed"], part["computed"]) == (4, 0, "on machine B")
     assert tool.progress_markdown(out).endswith("| mlp | 4 of 4 (a) |\n\n- (a) on machine B")
+
+
+def test_the_tool_refuses_to_resume_from_a_missing_table_before_making_the_store(tmp_path):
+    """Else the empty store it made would stop a second call from filling it."""
+    tool = pathlib.Path(__file__).parents[2] / "tools/publish_baselines.py"
+    db = tmp_path / "store.db"
+    done = subprocess.run([sys.executable, str(tool), "--db", str(db), "--out",
+                           str(tmp_path / "missing.json.gz"), "--resume-from-table"],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(tool.parents[1])))
+    assert done.returncode == 2 and "missing.json.gz" in done.stderr, done.stderr
+    assert "which does not exist" in done.stderr and not db.exists()
