@@ -76,7 +76,10 @@ def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
     if not hasattr(args, "problem_ids") or args.command == "diagnose":  # one problem already
         return words
     if not args.problem_ids:
-        ids = list(options.sweep_problems(args))
+        try:
+            ids = list(options.sweep_problems(args))
+        except ValueError:  # the command refuses its problems: let it say so, as it runs
+            return words
         share = int(args.shard.split("/")[1]) if getattr(args, "shard", None) else 1
         words = [*words, "--problems", *ids[:share]]
     return [*words, "--taus", "1"] if getattr(args, "taus", "given") is None else words
