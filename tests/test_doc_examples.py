@@ -244,8 +244,8 @@ READERS = ("leaderboard", "compare", "plot", "export", "report", "correlate")  #
 
 
 def _reads_the_paper_rows(command: str) -> bool:
-    """A command that only reads rows, of agents the reader's store holds (mlp and
-    ensemble+) on the sweep it holds them on (paper, or its subsets quick and smoke; for
+    """A command that only reads rows, of agents the reader's store holds (mlp, ensemble+
+    and mine; ensemble's come from the published table) on the sweep it holds them on (paper, or its subsets quick and smoke; for
     `correlate`, also real), or the published rows alone."""
     words = shlex.split(command)
     sweep = words[words.index("--sweep") + 1] if "--sweep" in words else None
@@ -261,12 +261,10 @@ def test_the_shell_commands_that_read_the_paper_sweeps_rows_run(command, a_new_r
                                                                 tmp_path, monkeypatch, capsys):
     where = tmp_path / "reader"
     shutil.copytree(a_new_readers_store, where)  # what one command writes, no other sees
-    if "--real-sweep" in command:
-        _add_readers_rows(where, shlex.split(command)[shlex.split(command).index("--real-sweep")
-                                                      + 1])
+    words = shlex.split(command)
+    if "--real-sweep" in words:  # correlate: the agents' rows on a real sweep too
+        _add_readers_rows(where, words[words.index("--real-sweep") + 1])
     monkeypatch.chdir(where)
-    status = cli.main(shlex.split(command)[1:])
+    status = cli.main(words[1:])
     out, err = capsys.readouterr()
     assert status == 0, (command, out[-1500:], err[-1500:])
-
-
