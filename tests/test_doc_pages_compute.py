@@ -5,21 +5,30 @@ page's order, in one directory, each narrowed by its own flags to one problem at
 runs those that read stored rows; this file is apart from it so that the two share the
 test processes (a test file runs in one process).
 
+The registered agents train for at most ``TRAINING_STEPS`` steps here (:func:`_short_training`):
+a default ensemble+ trains 100 members for 1,000 steps and the cnp meta-trains for
+10,000, minutes of the suite for lines whose numbers no one reads here. The programs
+are the ones users run, with shorter loops; the agents' own tests check what training gives.
+
 Left out: the lines in ``NOT_RUN`` (a cluster of the reader's), and those in
 ``RUN_ELSEWHERE`` (Ray and worker processes), which the named test runs through the
 same executor, checking its rows.
 """
 
+import collections
+import dataclasses
 import glob
 import importlib.util
 import os
 import pathlib
 import shlex
+import types
 
 import numpy as np
 import pytest
 
 from neural_testbed import cli, leaderboard
+from neural_testbed.agents import registry
 from neural_testbed.cli import options
 
 
@@ -48,6 +57,34 @@ RUN_ELSEWHERE = {
 }
 
 
+TRAINING_STEPS = 10  # the most steps an agent trains for here (`reproduce` aside)
+
+
+def _shortened(config):
+    """``config`` with every ``num_steps`` or ``*_steps`` count at most ``TRAINING_STEPS``
+    (an SG-MCMC chain keeps its burn-in and snapshot spacing in proportion)."""
+    if "burn_in" in {f.name for f in dataclasses.fields(config)}:
+        return dataclasses.replace(config, num_steps=TRAINING_STEPS,
+                                   burn_in=TRAINING_STEPS // 2, snapshot_every=1)
+    return dataclasses.replace(config, **{
+        f.name: min(getattr(config, f.name), TRAINING_STEPS) for f in dataclasses.fields(config)
+        if f.name == "num_steps" or f.name.endswith("_steps")})
+
+
+def _short_training(monkeypatch) -> None:
+    """Every agent registered so far trains its configs shortened (:func:`_shortened`); its rows keep
+    the config's own hash, so what the pages read back is found as the pages say."""
+    def short(make):
+        def make_short(config, shapes):
+            return make(_shortened(config), shapes)
+        return make_short
+    agents = registry.AGENTS  # agents a page registers (--import) still land here
+    shortened = {name: dataclasses.replace(spec, make=short(spec.make))
+                 for name, spec in agents.items()}
+    monkeypatch.setattr(registry, "AGENTS", types.MappingProxyType(
+        collections.ChainMap(shortened, agents)))
+
+
 def _set(words: list[str], flag: str, *values: str) -> list[str]:
     """``words`` with ``flag`` given ``values`` (replacing a value it had)."""
     if flag in words:
@@ -58,8 +95,8 @@ def _set(words: list[str], flag: str, *values: str) -> list[str]:
 
 def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
     """The command's words (a glob expanded in ``where``, as the shell does), narrowed by
-    its own flags to one problem (a shard of N to the sweep's first N) at tau 1, or to one
-    round: at full size each computes for minutes to hours, and what is under test here is
+    its own flags to one problem (a shard of N to the sweep's first N) at tau 1 (or the
+    first of the taus it names), or to one round: at full size each computes for minutes to hours, and what is under test here is
     that every documented line runs as written; the commands' own tests check numbers."""
     words = [expanded for word in shlex.split(command)[1:] for expanded in (
         sorted(os.path.basename(f) for f in glob.glob(str(where / word))) if "*" in word
@@ -82,7 +119,10 @@ def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
             return words
         share = int(args.shard.split("/")[1]) if getattr(args, "shard", None) else 1
         words = [*words, "--problems", *ids[:share]]
-    return [*words, "--taus", "1"] if getattr(args, "taus", "given") is None else words
+    taus = getattr(args, "taus", "given")
+    if taus == "given":  # the command takes no taus
+        return words
+    return _set(words, "--taus", "1" if taus is None else taus.split(",")[0])
 
 
 def _computing_commands(page: pathlib.Path) -> list[str]:
@@ -154,6 +194,9 @@ def test_each_pages_computing_commands_run_in_order_on_one_problem(page, tmp_pat
             _know_nothing(inputs_dir, tmp_path / words[words.index("--predictions") + 1])
         if words[0] == "inputs":
             inputs_dir = tmp_path / words[words.index("--out") + 1]
-        status = cli.main(words)
+        with monkeypatch.context() as patch:
+            if words[0] != "reproduce":  # which checks the published rows' numbers
+                _short_training(patch)
+            status = cli.main(words)
         out, err = capsys.readouterr()
         assert status == 0, (command, words, out[-1500:], err[-1500:])
