@@ -251,3 +251,46 @@ def environment_agent():
                     generative.Environment(params, temperature), x)
         return base.Agent(train, base.ENN(apply, lambda key: jnp.zeros((), jnp.int32), 1))
     return make
+
+
+SHORT_TRAINING_STEPS = 10  # the most steps an agent trains for under `short_training`
+
+
+def _shortened(config):
+    """``config`` with every ``num_steps`` or ``*_steps`` count at most
+    ``SHORT_TRAINING_STEPS`` (an SG-MCMC chain's burn-in and snapshots shortened with it)."""
+    import dataclasses
+
+    if "burn_in" in {f.name for f in dataclasses.fields(config)}:
+        return dataclasses.replace(config, num_steps=SHORT_TRAINING_STEPS,
+                                   burn_in=SHORT_TRAINING_STEPS // 2, snapshot_every=1)
+    return dataclasses.replace(config, **{
+        f.name: min(getattr(config, f.name), SHORT_TRAINING_STEPS)
+        for f in dataclasses.fields(config) if f.name == "num_steps" or f.name.endswith("_steps")})
+
+
+@pytest.fixture
+def short_training():
+    """A function ``(monkeypatch)``: from then on every agent registered so far trains at
+    most ``SHORT_TRAINING_STEPS`` steps, for tests of the documented commands, whose
+    numbers no one reads (a default ensemble+ trains 100 members for 1,000 steps, the cnp
+    meta-trains for 10,000). The programs are the users', with shorter loops; rows keep
+    their config's hash, so what a command reads back is found as the docs say."""
+    import collections
+    import dataclasses
+    import types
+
+    from neural_testbed.agents import registry
+
+    def short(make):
+        def make_short(config, shapes):
+            return make(_shortened(config), shapes)
+        return make_short
+
+    def shorten(monkeypatch):
+        agents = registry.AGENTS  # agents registered later (--import) still land here
+        shortened = {name: dataclasses.replace(spec, make=short(spec.make))
+                     for name, spec in agents.items()}
+        monkeypatch.setattr(registry, "AGENTS", types.MappingProxyType(
+            collections.ChainMap(shortened, agents)))
+    return shorten

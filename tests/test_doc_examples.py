@@ -258,13 +258,15 @@ def _reads_the_paper_rows(command: str) -> bool:
 @pytest.mark.slow  # each reads the published table beside the store
 @pytest.mark.parametrize("command", [c for c in _commands() if _reads_the_paper_rows(c.values[0])])
 def test_the_shell_commands_that_read_the_paper_sweeps_rows_run(command, a_new_readers_store,
-                                                                tmp_path, monkeypatch, capsys):
+                                                                tmp_path, monkeypatch, capsys,
+                                                                short_training):
     where = tmp_path / "reader"
     shutil.copytree(a_new_readers_store, where)  # what one command writes, no other sees
     words = shlex.split(command)
     if "--real-sweep" in words:  # correlate: the agents' rows on a real sweep too
         _add_readers_rows(where, words[words.index("--real-sweep") + 1])
     monkeypatch.chdir(where)
+    short_training(monkeypatch)  # `plot --agent` trains the agent for Figure 5
     status = cli.main(words[1:])
     out, err = capsys.readouterr()
     assert status == 0, (command, out[-1500:], err[-1500:])

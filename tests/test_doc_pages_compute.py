@@ -5,7 +5,7 @@ page's order, in one directory, each narrowed by its own flags to one problem at
 runs those that read stored rows; this file is apart from it so that the two share the
 test processes (a test file runs in one process).
 
-The registered agents train for at most ``TRAINING_STEPS`` steps here (:func:`_short_training`):
+The registered agents train for at most 10 steps here (conftest.py's ``short_training``):
 a default ensemble+ trains 100 members for 1,000 steps and the cnp meta-trains for
 10,000, minutes of the suite for lines whose numbers no one reads here. The programs
 are the ones users run, with shorter loops; the agents' own tests check what training gives.
@@ -15,20 +15,16 @@ Left out: the lines in ``NOT_RUN`` (a cluster of the reader's), and those in
 same executor, checking its rows.
 """
 
-import collections
-import dataclasses
 import glob
 import importlib.util
 import os
 import pathlib
 import shlex
-import types
 
 import numpy as np
 import pytest
 
 from neural_testbed import cli, leaderboard
-from neural_testbed.agents import registry
 from neural_testbed.cli import options
 
 
@@ -55,34 +51,6 @@ RUN_ELSEWHERE = {
                  "survives_a_killed_worker_and_gives_the_plain_rows",
     "--workers": "tests/leaderboard/test_scale_out.py::test_two_local_workers_give_the_plain_rows",
 }
-
-
-TRAINING_STEPS = 10  # the most steps an agent trains for here (`reproduce` aside)
-
-
-def _shortened(config):
-    """``config`` with every ``num_steps`` or ``*_steps`` count at most ``TRAINING_STEPS``
-    (an SG-MCMC chain keeps its burn-in and snapshot spacing in proportion)."""
-    if "burn_in" in {f.name for f in dataclasses.fields(config)}:
-        return dataclasses.replace(config, num_steps=TRAINING_STEPS,
-                                   burn_in=TRAINING_STEPS // 2, snapshot_every=1)
-    return dataclasses.replace(config, **{
-        f.name: min(getattr(config, f.name), TRAINING_STEPS) for f in dataclasses.fields(config)
-        if f.name == "num_steps" or f.name.endswith("_steps")})
-
-
-def _short_training(monkeypatch) -> None:
-    """Every agent registered so far trains its configs shortened (:func:`_shortened`); its rows keep
-    the config's own hash, so what the pages read back is found as the pages say."""
-    def short(make):
-        def make_short(config, shapes):
-            return make(_shortened(config), shapes)
-        return make_short
-    agents = registry.AGENTS  # agents a page registers (--import) still land here
-    shortened = {name: dataclasses.replace(spec, make=short(spec.make))
-                 for name, spec in agents.items()}
-    monkeypatch.setattr(registry, "AGENTS", types.MappingProxyType(
-        collections.ChainMap(shortened, agents)))
 
 
 def _set(words: list[str], flag: str, *values: str) -> list[str]:
@@ -169,7 +137,7 @@ def _pages_with_computing_commands():
 @pytest.mark.slow  # each page's agents trained on one problem
 @pytest.mark.parametrize("page", list(_pages_with_computing_commands()))
 def test_each_pages_computing_commands_run_in_order_on_one_problem(page, tmp_path, monkeypatch,
-                                                                    capsys):
+                                                                    capsys, short_training):
     """In one directory, as a reader who runs the page top to bottom: its titled code
     blocks saved as their files first, and the reader's own data files; before `score`,
     the reader's model (one that knows nothing) predicts at the arrays `inputs` wrote."""
@@ -196,7 +164,7 @@ def test_each_pages_computing_commands_run_in_order_on_one_problem(page, tmp_pat
             inputs_dir = tmp_path / words[words.index("--out") + 1]
         with monkeypatch.context() as patch:
             if words[0] != "reproduce":  # which checks the published rows' numbers
-                _short_training(patch)
+                short_training(patch)
             status = cli.main(words)
         out, err = capsys.readouterr()
         assert status == 0, (command, words, out[-1500:], err[-1500:])
