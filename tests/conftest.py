@@ -112,18 +112,6 @@ def pytest_unconfigure(config):
         shutil.rmtree(temporary, ignore_errors=True)
 
 
-def pytest_runtest_teardown(item, nextitem):
-    """After a test file's last test, drop the compiled programs JAX keeps in memory for
-    it: a test process runs dozens of files whose programs it never needs again (a
-    later file that does loads them from the persistent cache), and with three
-    processes their memory adds up: dropping them cut the suite's peak memory by about
-    a third, for a few percent more time."""
-    if nextitem is None or nextitem.path != item.path:
-        import jax
-
-        jax.clear_caches()
-
-
 def _usable_cores() -> int:
     """The cores this process may use: those it is pinned to, and no more than a cgroup
     CPU quota allows (a container limited to 2 CPUs on a larger host still counts the
