@@ -8,7 +8,8 @@ test processes (a test file runs in one process).
 The registered agents train for at most 10 steps here (conftest.py's ``short_training``):
 a default ensemble+ trains 100 members for 1,000 steps and the cnp meta-trains for
 10,000, minutes of the suite for lines whose numbers no one reads here. The programs
-are the ones users run, with shorter loops; the agents' own tests check what training gives.
+are the ones users run, with shorter loops; the agents' own tests check what training
+gives.
 
 Left out: the lines in ``NOT_RUN`` (a cluster of the reader's), and those in
 ``RUN_ELSEWHERE`` (Ray and worker processes), which the named test runs through the
@@ -64,8 +65,9 @@ def _set(words: list[str], flag: str, *values: str) -> list[str]:
 def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
     """The command's words (a glob expanded in ``where``, as the shell does), narrowed by
     its own flags to one problem (a shard of N to the sweep's first N) at tau 1 (or the
-    first of the taus it names), or to one round: at full size each computes for minutes to hours, and what is under test here is
-    that every documented line runs as written; the commands' own tests check numbers."""
+    first of the taus it names), or to one round: at full size each computes for minutes
+    to hours, and what is under test here is that every documented line runs as written;
+    the commands' own tests check numbers."""
     words = [expanded for word in shlex.split(command)[1:] for expanded in (
         sorted(os.path.basename(f) for f in glob.glob(str(where / word))) if "*" in word
         else [word])]
