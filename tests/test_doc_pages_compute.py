@@ -21,6 +21,7 @@ import importlib.util
 import os
 import pathlib
 import shlex
+import shutil
 
 import numpy as np
 import pytest
@@ -140,12 +141,20 @@ def _pages_with_computing_commands():
 @pytest.mark.parametrize("page", list(_pages_with_computing_commands()))
 def test_each_pages_computing_commands_run_in_order_on_one_problem(page, tmp_path, monkeypatch,
                                                                     capsys, short_training):
-    """In one directory, as a reader who runs the page top to bottom: its titled code
-    blocks saved as their files first, and the reader's own data files; before `score`,
-    the reader's model (one that knows nothing) predicts at the arrays `inputs` wrote."""
+    """In one directory, as a reader who runs the page top to bottom in a clone of the
+    repository: its titled code blocks saved as their files first, the repository's
+    files that its lines import (``--import examples/torch_dropout.py``) in their places,
+    and the reader's own data files; before `score`, the reader's model (one that knows
+    nothing) predicts at the arrays `inputs` wrote."""
     for _, title, code in blocks(page):
         if title:
             (tmp_path / title).write_text(code)
+    for command in _computing_commands(page):
+        words = shlex.split(command)
+        for flag, path in zip(words, words[1:]):
+            if flag == "--import" and "/" in path and (ROOT / path).is_file():
+                (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(ROOT / path, tmp_path / path)
     _readers_data(tmp_path)
     monkeypatch.chdir(tmp_path)
     inputs_dir = None  # where the page's `inputs` wrote the arrays
