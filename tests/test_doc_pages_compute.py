@@ -149,7 +149,8 @@ def test_each_pages_computing_commands_run_in_order_on_one_problem(page, tmp_pat
     for _, title, code in blocks(page):
         if title:
             (tmp_path / title).write_text(code)
-    for command in _computing_commands(page):
+    commands = _computing_commands(page)
+    for command in commands:
         words = shlex.split(command)
         for flag, path in zip(words, words[1:]):
             if flag == "--import" and "/" in path and (ROOT / path).is_file():
@@ -158,7 +159,7 @@ def test_each_pages_computing_commands_run_in_order_on_one_problem(page, tmp_pat
     _readers_data(tmp_path)
     monkeypatch.chdir(tmp_path)
     inputs_dir = None  # where the page's `inputs` wrote the arrays
-    for command in _computing_commands(page):
+    for command in commands:
         flags = set(shlex.split(command))
         if flags & (set(NOT_RUN) | set(RUN_ELSEWHERE)):
             elsewhere = [RUN_ELSEWHERE[f] for f in flags & set(RUN_ELSEWHERE)]
