@@ -34,6 +34,7 @@ so a short subprocess checks first); flags that ``XLA_FLAGS`` already names are 
 as they are.
 """
 
+import collections.abc
 import os
 import shutil
 import subprocess
@@ -257,28 +258,53 @@ def _shortened(config):
         for f in dataclasses.fields(config) if f.name == "num_steps" or f.name.endswith("_steps")})
 
 
+class _ShortenedAgents(collections.abc.Mapping):
+    """The registry's agents, each training at most ``SHORT_TRAINING_STEPS`` steps: looked
+    up at each access, so an agent registered later (``--import``) is shortened too."""
+
+    def __init__(self, agents):
+        self._agents = agents
+
+    def __getitem__(self, name):
+        import dataclasses
+
+        spec = self._agents[name]
+        make = spec.make
+        return dataclasses.replace(spec, make=lambda config, shapes: make(_shortened(config),
+                                                                          shapes))
+
+    def __iter__(self):
+        return iter(self._agents)
+
+    def __len__(self):
+        return len(self._agents)
+
+
 @pytest.fixture
 def short_training():
-    """A function ``(monkeypatch)``: from then on every agent registered so far trains at
-    most ``SHORT_TRAINING_STEPS`` steps, for tests of the documented commands, whose
-    numbers no one reads (a default ensemble+ trains 100 members for 1,000 steps, the cnp
-    meta-trains for 10,000). The programs are the users', with shorter loops; rows keep
-    their config's hash, so what a command reads back is found as the docs say."""
-    import collections
-    import dataclasses
-    import types
-
+    """A function ``(monkeypatch)``: from then on every agent, registered now or later,
+    trains at most ``SHORT_TRAINING_STEPS`` steps, for tests of the documented commands,
+    whose numbers no one reads (a default ensemble+ trains 100 members for 1,000 steps,
+    the cnp meta-trains for 10,000). The programs are the users', with shorter loops; rows
+    keep their config's hash, so what a command reads back is found as the docs say."""
     from neural_testbed.agents import registry
 
-    def short(make):
-        def make_short(config, shapes):
-            return make(_shortened(config), shapes)
-        return make_short
-
     def shorten(monkeypatch):
-        agents = registry.AGENTS  # agents registered later (--import) still land here
-        shortened = {name: dataclasses.replace(spec, make=short(spec.make))
-                     for name, spec in agents.items()}
-        monkeypatch.setattr(registry, "AGENTS", types.MappingProxyType(
-            collections.ChainMap(shortened, agents)))
+        monkeypatch.setattr(registry, "AGENTS", _ShortenedAgents(registry.AGENTS))
     return shorten
+
+
+@pytest.fixture
+def own_imports(tmp_path):
+    """Modules a test's commands import from its directory (``--import my_agent.py``) and
+    the agents they register are gone when it ends, so a later test in the same process
+    imports its own ``my_agent`` (commands run in this process through ``cli.main``)."""
+    from neural_testbed.agents import registry
+
+    before = set(registry.AGENTS)
+    yield
+    for name in set(registry.AGENTS) - before:
+        registry.unregister(name)
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]

@@ -1,8 +1,9 @@
 """The code examples of the README and the site, as a reader meets them.
 
 - The tutorial (docs/tutorial.md) runs from an empty directory, block by block: a
-  ``python title="FILE"`` block is saved as FILE, a ``sh`` block runs in bash, a plain
-  ``python`` block runs in its own interpreter.
+  ``python title="FILE"`` block is saved as FILE, a ``sh`` block's command runs through
+  the command's entry point (``cli.main``, as the site's other pages do, with training
+  shortened), a plain ``python`` block runs in its own interpreter.
 - Every other Python example runs (those that run for long with a user's XLA settings,
   not the suite's faster-compiling ones), in its own interpreter, in a directory whose
   results store holds rows of mlp, ensemble+ and the reader's own model ``mine`` on the
@@ -21,7 +22,6 @@
   tests/test_doc_pages_compute.py.
 """
 
-import os
 import pathlib
 import re
 import shlex
@@ -69,26 +69,21 @@ def blocks(page: pathlib.Path) -> list[tuple[str, str | None, str]]:
     return found
 
 
-def shell_commands(page: pathlib.Path) -> list[str]:
-    """Each command of the page's ``sh`` blocks, comments dropped, ``&&`` chains split."""
+def shell_commands_of(code: str) -> list[str]:
+    """Each command of an ``sh`` block, comments dropped, ``&&`` chains split."""
     commands = []
-    for lang, _, code in blocks(page):
-        if lang != "sh":
-            continue
-        for line in code.splitlines():
-            words = shlex.split(line, comments=True)
-            while words:
-                head = words.index("&&") if "&&" in words else len(words)
-                commands.append(shlex.join(words[:head]))
-                words = words[head + 1:]
+    for line in code.splitlines():
+        words = shlex.split(line, comments=True)
+        while words:
+            head = words.index("&&") if "&&" in words else len(words)
+            commands.append(shlex.join(words[:head]))
+            words = words[head + 1:]
     return [c for c in commands if c]
 
 
-def _bash(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    bin_dir = str(pathlib.Path(sys.executable).parent)  # where `neural-testbed` is installed
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+def shell_commands(page: pathlib.Path) -> list[str]:
+    """Each command of the page's ``sh`` blocks (:func:`shell_commands_of`)."""
+    return [c for lang, _, code in blocks(page) if lang == "sh" for c in shell_commands_of(code)]
 
 
 def _python(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
@@ -99,15 +94,29 @@ def _python(code: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow  # trains two agents on the smoke sweep and draws the figures
-def test_the_tutorial_runs_from_an_empty_directory(tmp_path):
+def test_the_tutorial_runs_from_an_empty_directory(tmp_path, monkeypatch, capsys,
+                                                   short_training, own_imports):
+    """Block by block, in one directory: each ``sh`` line through the command's own entry
+    point in this process (the agents train at most 10 steps: ``short_training``; rows keep
+    their configs' hashes, so `compare` and `plot` find them), the plain ``python`` block
+    in its own interpreter, as a reader runs it."""
+    monkeypatch.chdir(tmp_path)
     outputs = []
     for lang, title, code in blocks(TUTORIAL):
         if title:
             (tmp_path / title).write_text(code)
-            continue
-        done = {"sh": _bash, "python": _python}[lang](code, tmp_path)
-        assert done.returncode == 0, (code, done.stdout[-2000:], done.stderr[-2000:])
-        outputs.append(done.stdout)
+        elif lang == "python":
+            done = _python(code, tmp_path)
+            assert done.returncode == 0, (code, done.stdout[-2000:], done.stderr[-2000:])
+            outputs.append(done.stdout)
+        else:
+            (command,) = shell_commands_of(code)
+            with monkeypatch.context() as patch:
+                short_training(patch)
+                status = cli.main(shlex.split(command)[1:])
+            out, err = capsys.readouterr()
+            assert status == 0, (command, out[-2000:], err[-2000:])
+            outputs.append(out)
     run_mlp, run_mine, compared, from_python, plotted = outputs
     assert "aggregate (stratified ± se): d_KL^1 = " in run_mlp and "4 problems" in run_mine
     assert re.search(r"ensemble\+\s+published\s+100\s", compared)  # the published baseline

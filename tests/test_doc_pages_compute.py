@@ -140,7 +140,8 @@ def _pages_with_computing_commands():
 @pytest.mark.slow  # each page's agents trained on one problem
 @pytest.mark.parametrize("page", list(_pages_with_computing_commands()))
 def test_each_pages_computing_commands_run_in_order_on_one_problem(page, tmp_path, monkeypatch,
-                                                                    capsys, short_training):
+                                                                    capsys, short_training,
+                                                                    own_imports):
     """In one directory, as a reader who runs the page top to bottom in a clone of the
     repository: its titled code blocks saved as their files first, the repository's
     files that its lines import (``--import examples/torch_dropout.py``) in their places,
