@@ -611,9 +611,10 @@ def test_plot_draws_figure_5_for_a_host_agent(store, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, fragments", [
     (["--set", "batch_size=1000000000"], [
-        "agent mlp (batch_size=1000000000) cannot run classification_2d/110: its training "
-        "program holds an array of 186.3 GiB for that problem alone, more than the 64 GiB of "
-        "memory here"]),
+        "agent mlp (batch_size=1000000000) cannot run classification_2d/90, "
+        "classification_2d/91: its training program holds an array of 372.5 GiB for a batch "
+        "of 2 problems, more than the 64 GiB of memory here; use smaller sizes (batch_size, "
+        "widths, --taus) or --problems-per-batch 1"]),
     (["--set", "hidden=1000000000"], ["agent mlp (hidden=(1000000000,)) cannot run",
                                       "evaluation program holds an array of"]),
     (["--taus", "1000000"], ["its tau = 1000000 evaluation program holds an array of"]),
@@ -623,13 +624,28 @@ def test_plot_draws_figure_5_for_a_host_agent(store, tmp_path, capsys):
 ])
 def test_sizes_beyond_memory_or_int32_are_refused_before_any_store(
         tmp_path, capsys, no_work, monkeypatch, argv, fragments, one_error_line):
-    """Programs are traced (not run) before any work: an array larger than the machine's
-    memory, or more test inputs than int32 counts, is one line instead of failed rows."""
+    """Programs are traced (not run) before any work, at the batches the run computes: an
+    array larger than the machine's memory, or more test inputs than int32 counts, is one
+    line instead of failed rows."""
     monkeypatch.setattr(memory, "total_bytes", lambda: (64 * 2**30, "memory"))
     db = tmp_path / "new.db"
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db), *argv]) == 2
     one_error_line(*fragments)
     assert not db.exists()
+
+
+def test_the_memory_check_traces_each_program_once_for_the_run(tmp_path, monkeypatch):
+    """The check before work traces the run's own programs at the run's batches and the run
+    compiles those traces: every program of the command is traced once, not once for the
+    check and again for the run."""
+    traced, run_keys = [], []
+    trace, run = runner._traced, runner.Programs.run
+    monkeypatch.setattr(runner, "_traced", lambda *a: traced.append(1) or trace(*a))
+    monkeypatch.setattr(runner.Programs, "run", lambda self, key, *a: run_keys.append(key)
+                        or run(self, key, *a))
+    assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=5",
+                     "--db", str(tmp_path / "r.db"), "--quiet"]) == 0
+    assert run_keys and len(traced) == len(set(run_keys))
 
 
 def test_the_memory_check_traces_only_what_the_store_still_lacks(tmp_path, smoke_rows,
@@ -640,9 +656,8 @@ def test_the_memory_check_traces_only_what_the_store_still_lacks(tmp_path, smoke
     from neural_testbed.run import checks as run_checks
 
     checked = []
-    monkeypatch.setattr(run_checks, "check_memory",
-                        lambda agent, configs, problems, *a: checked.append(
-                            (len(configs), sorted(p.problem_id for p in problems))))
+    monkeypatch.setattr(run_checks, "check_memory", lambda units, programs: checked.append(
+        sorted(p.problem_id for u in units for p in u.problems)) if units else None)
     monkeypatch.setattr(sweep_lib, "run_sweep", lambda *a, **k: sweep_lib.SweepSummary())
     rows = smoke_rows("mlp", agents.MLPConfig(), 0.2)
     smoke = sorted(leaderboard.get_sweep("smoke"))
@@ -651,8 +666,8 @@ def test_the_memory_check_traces_only_what_the_store_still_lacks(tmp_path, smoke
         store.write(rows)
     with store_lib.ResultsStore(partial) as store:
         store.write([r for r in rows if r.problem_id != smoke[0]])
-    for db, expected in ((complete, []), (partial, [(1, [smoke[0]])]),
-                         (tmp_path / "new.db", [(1, smoke)])):
+    for db, expected in ((complete, []), (partial, [[smoke[0]]]),
+                         (tmp_path / "new.db", [smoke])):
         checked.clear()
         assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db),
                          "--quiet"]) in (0, 1)

@@ -104,28 +104,26 @@ def _compute(args, configs: Sequence[Any], announce: str,
     problems = list(options.sweep_problems(args).values()) if problems is None else list(problems)
     chosen = run_options_of(args)
     run_checks.check_agent_on_problems(args.agent, problems, args.estimator, configs)
-    todo_configs, todo_problems = _still_to_compute(args, configs, problems, chosen)
-    if todo_problems:  # tracing every config group's programs costs seconds: only for work
-        run_checks.check_memory(args.agent, todo_configs, todo_problems, args.estimator,
-                                args.seed)
+    programs = run_lib.Programs()  # the check's traces are the run's
+    run_checks.check_memory(_units_to_compute(args, configs, problems, chosen), programs)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
-        summary = run_lib.run_sweep(args.agent, configs, problems, store, options=chosen)
+        summary = run_lib.run_sweep(args.agent, configs, problems, store, options=chosen,
+                                    programs=programs)
     return summary, problems
 
 
-def _still_to_compute(args, configs: Sequence[Any], problems: Sequence[Any],
-                      chosen: run_options.RunOptions) -> tuple[list, list]:
-    """The configs and problems of the units the run will compute: all of them for a new
-    store (none is made here), what a store already there lacks (opened as the run opens
-    it, which writes nothing until rows come)."""
+def _units_to_compute(args, configs: Sequence[Any], problems: Sequence[Any],
+                      chosen: run_options.RunOptions) -> list:
+    """The work units the run will compute: all of them for a new store (none is made
+    here), what a store already there lacks (opened as the run opens it, which writes
+    nothing until rows come)."""
     if not os.path.exists(args.db) or os.path.getsize(args.db) == 0:
-        return list(configs), list(problems)
+        units, _ = run_lib.plan_units(args.agent, configs, problems, None, chosen)
+        return units
     with store_lib.ResultsStore(args.db) as store:
         units, _ = run_lib.plan_units(args.agent, configs, problems, store, chosen)
-    todo_configs = {configs_lib.config_hash(args.agent, c): c for u in units for c in u.configs}
-    todo_problems = {p.problem_id: p for u in units for p in u.problems}
-    return list(todo_configs.values()), list(todo_problems.values())
+    return units
 
 
 def _report_failures(rows, keep_going: bool) -> int:

@@ -24,9 +24,10 @@ from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.run import checks, execute
 from neural_testbed.run.options import RunOptions, parse_shard
 from neural_testbed.run.plan import WorkUnit, plan_units
+from neural_testbed.run.programs import Programs
 
-__all__ = ["RunOptions", "SweepSummary", "WorkUnit", "parse_shard", "plan_units", "run_agent",
-           "run_study", "run_sweep"]
+__all__ = ["Programs", "RunOptions", "SweepSummary", "WorkUnit", "parse_shard", "plan_units",
+           "run_agent", "run_study", "run_sweep"]
 
 
 @dataclasses.dataclass
@@ -143,10 +144,11 @@ def run_agent(build: base.AgentBuilder, problems: Sequence[base.Problem],
 
 def run_sweep(agent_name: str, configs: Sequence[Any], problems: Sequence[base.Problem],
               store: store_lib.ResultsStore, options: RunOptions | None = None,
-              **settings: Any) -> SweepSummary:
+              programs: Programs | None = None, **settings: Any) -> SweepSummary:
     """Runs each config of a registered agent on each problem, into ``store``; rows the
     store holds are skipped (unless ``options.recompute``), each unit's rows written as
-    it finishes. ``settings`` replace fields of ``options`` by name.
+    it finishes. ``settings`` replace fields of ``options`` by name; ``programs``: the
+    run's programs, some traced already (:func:`checks.check_memory`).
 
     Returns:
       Counts of computed, reused and failed rows.
@@ -157,7 +159,7 @@ def run_sweep(agent_name: str, configs: Sequence[Any], problems: Sequence[base.P
     units, reused = plan_units(agent_name, _checked_configs(configs), problems, store, options)
     summary = SweepSummary(reused=reused)
     total = sum(len(u.problems) * len(u.configs) for u in units)
-    executed = execute.execute(units, options)
+    executed = execute.execute(units, options, programs=programs)
     # Closed on the way out, whatever ends the loop (a Ctrl-C while rows are written
     # would otherwise leave the workers computing and the exit waiting for them).
     with contextlib.closing(executed):

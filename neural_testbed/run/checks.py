@@ -7,18 +7,15 @@ Each raises a one-line ``ValueError`` naming the bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
-import jax
-import numpy as np
 
 from neural_testbed import base, memory
 from neural_testbed.agents import registry
-from neural_testbed.leaderboard import config_batches
 from neural_testbed.likelihood import regression
 from neural_testbed.run import programs
+from neural_testbed.run.plan import WorkUnit
 
 __all__ = ["check_agent_on_problems", "check_memory"]
 
@@ -51,70 +48,51 @@ def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
                              f"most {most}")
 
 
-def _largest_value(jaxpr) -> int:
-    """Bytes of the largest value a jaxpr takes or makes: a lower bound of its memory."""
-    values = [*jaxpr.invars, *(v for eqn in programs.equations(jaxpr) for v in eqn.outvars)]
-    return max((math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in values
-                if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=0)
-
-
 def largest_array(runner: programs.UnitRunner, problem: base.Problem) -> tuple[int, str]:
     """Bytes of the largest array in ``runner``'s programs for ``problem`` alone, and which
     program holds it: traced, not compiled or run."""
-    key_seeds, args, num_train = runner.arguments([problem])
-    with jax.default_matmul_precision(programs.MATMUL_PRECISION):
-        build = jax.jit(programs.build_program(runner.template)).trace(key_seeds, args)
-        instances, agent_keys, test_keys = build.out_info
-        sizes = {"build": _largest_value(build.jaxpr.jaxpr)}
-        if runner.on_host:
-            states = jax.ShapeDtypeStruct((1,), np.int32)  # a host agent's handles
-        else:
-            train = jax.jit(runner.train).trace(agent_keys, instances, num_train,
-                                                *runner.values)
-            sizes["training"], states = _largest_value(train.jaxpr.jaxpr), train.out_info
-        for tau, estimator in runner.evaluations:
-            evaluate = jax.jit(lambda *a, tau=tau, estimator=estimator: runner.evaluate(
-                *a, tau=tau, tau_estimator=estimator)).trace(
-                test_keys, states, instances.env, *runner.values)
-            sizes[f"tau = {tau} evaluation"] = _largest_value(evaluate.jaxpr.jaxpr)
+    sizes = runner.largest_arrays(programs.Programs(), [problem])
     name = max(sizes, key=sizes.get)
     return sizes[name], name
 
 
-def check_memory(agent_name: str, configs: Sequence[Any], problems: Sequence[base.Problem],
-                 estimator: str = "auto", agent_seed: int = 0) -> None:
+def check_memory(units: Sequence[WorkUnit], run_programs: programs.Programs) -> None:
     """Refuses a config whose programs hold an array larger than this machine's memory
-    (``memory.total_bytes``) on one problem alone (``batch_size=10**9`` used to fail only
-    after the store was made, as failed rows).
+    (``memory.total_bytes``) for a unit's batch of problems (``batch_size=10**9`` used
+    to fail only after the store was made, as failed rows).
 
-    Each group of configs that share program shapes is traced at the problem with the
-    most training inputs and the one with the most test inputs (one problem where it is
-    both). A program that cannot be traced fails in its unit, with its own error in the
-    rows, and is not checked here.
+    The first unit of each set that shares programs is traced at its batch, into
+    ``run_programs``, where the run finds the traces and does not trace them again. A
+    program that cannot be traced fails in its unit, with its own error in the rows,
+    and is not checked here.
     """
-    spec = registry.get_agent(agent_name)
     total, what = memory.total_bytes()
-    train_size = lambda p: p.num_train * p.input_dim
-    test_size = lambda p: p.num_test * max(p.taus) * p.input_dim
-    largest_train = max(problems, key=lambda p: (train_size(p), test_size(p)))
-    largest_test = max(problems, key=lambda p: (test_size(p), train_size(p)))
-    for config_batch in config_batches.batch_configs(configs, len(configs) or 1,
-                                                     spec.batchable):
-        config = config_batch[0]
-        for problem in dict.fromkeys((largest_train, largest_test)):
-            try:
-                runner = programs.UnitRunner(spec.make(config, base.Shapes.of(problem)),
-                                             agent_name, (config,), problem, estimator,
-                                             agent_seed)
-                size, program = largest_array(runner, problem)
-            except Exception:  # the unit records the same error in its rows
+    seen = set()
+    for unit in units:
+        if unit.study is not None:
+            continue
+        try:
+            runner = programs.unit_runner(unit, run_programs)
+            size = max(unit.pad_to, len(unit.problems))
+            if (id(runner), size) in seen:
                 continue
-            if size > total:
-                changed = ", ".join(
-                    f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
-                    if getattr(config, f.name) != getattr(spec.default, f.name)) or "default"
-                raise ValueError(f"agent {agent_name} ({changed}) cannot run "
-                                 f"{problem.problem_id}: its {program} program holds an array "
-                                 f"of {size / 2**30:.4g} GiB for that problem alone, more than "
-                                 f"the {total / 2**30:.4g} GiB of {what} here; use smaller "
-                                 "sizes (batch_size, widths, --taus)")
+            seen.add((id(runner), size))
+            batch = list(unit.problems) + [unit.problems[-1]] * (size - len(unit.problems))
+            sizes = runner.largest_arrays(run_programs, batch)
+        except Exception:  # the unit records the same error in its rows
+            continue
+        program = max(sizes, key=sizes.get)
+        if sizes[program] > total:
+            default = registry.get_agent(unit.agent).default
+            config = unit.config
+            changed = ", ".join(
+                f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
+                if getattr(config, f.name) != getattr(default, f.name)) or "default"
+            ids = ", ".join(p.problem_id for p in unit.problems)
+            batch_of = f"a batch of {size} problems" if size > 1 else "that problem alone"
+            raise ValueError(f"agent {unit.agent} ({changed}) cannot run {ids}: its {program} "
+                             f"program holds an array of {sizes[program] / 2**30:.4g} GiB for "
+                             f"{batch_of}, more than "
+                             f"the {total / 2**30:.4g} GiB of {what} here; use smaller "
+                             "sizes (batch_size, widths, --taus)"
+                             + (" or --problems-per-batch 1" if size > 1 else ""))

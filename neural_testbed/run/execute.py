@@ -31,12 +31,14 @@ MAX_WORKER_DEATHS = 3  # a unit whose worker dies this often gets failed rows
 
 
 def execute(units: Sequence[WorkUnit], options: RunOptions,
-            build: base.AgentBuilder | None = None) -> Iterator[tuple[WorkUnit, list]]:
+            build: base.AgentBuilder | None = None,
+            programs: programs_lib.Programs | None = None) -> Iterator[tuple[WorkUnit, list]]:
     """Yields ``(unit, rows)`` as units finish, in any order; closing the generator (or a
     Ctrl-C in the consumer) stops the work still running.
 
     ``build``: ``shapes -> agent`` of an agent to run instead of the registered one (this
-    process only).
+    process only). ``programs``: the run's programs, some traced already (the memory
+    check's), used where units run in this process; new ones by default.
     """
     if build is not None and (options.backend != "local" or options.workers != 1):
         raise ValueError("an agent object runs in this process only (backend 'local', 1 "
@@ -47,7 +49,7 @@ def execute(units: Sequence[WorkUnit], options: RunOptions,
         return ray_backend.execute(units, options)
     if options.workers > 1:
         return _in_workers(units, options)
-    programs = programs_lib.Programs()
+    programs = programs_lib.Programs() if programs is None else programs
     if options.units_at_once > 1:
         return _in_threads(units, programs, build, options.units_at_once)
     return ((unit, programs_lib.compute_unit(unit, programs, build)) for unit in units)

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
@@ -35,7 +36,8 @@ from neural_testbed.run import rows as rows_lib
 from neural_testbed.run.plan import WorkUnit, accepts_padding
 
 __all__ = ["MATMUL_PRECISION", "Programs", "UnitRunner", "build_program", "compile_traced",
-           "compute_unit", "equations", "unit_runner", "use_full_float32_products"]
+           "compute_unit", "equations", "largest_value", "unit_runner",
+           "use_full_float32_products"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,9 @@ class Programs:
     def __init__(self):
         self._lock = threading.Lock()
         self._compiled: dict[Hashable, concurrent.futures.Future] = {}
+        # Traced ahead of the run (the memory check reads them) and compiled by run():
+        # a program is traced once either way.
+        self._traced: dict[Hashable, jax.stages.Traced] = {}
         self.factorising = threading.Lock()  # held while a program that factorises runs
         self._runners: collections.OrderedDict = collections.OrderedDict()
 
@@ -96,25 +101,37 @@ class Programs:
                 self._runners[key] = make()
                 if len(self._runners) > MAX_RUNNERS:
                     _, dropped = self._runners.popitem(last=False)
-                    for name in [k for k in self._compiled if k[0] == id(dropped)]:
-                        del self._compiled[name]
+                    for kept in (self._compiled, self._traced):
+                        for name in [k for k in kept if k[0] == id(dropped)]:
+                            del kept[name]
             self._runners.move_to_end(key)
             return self._runners[key]
 
+    def trace(self, key: Hashable, program: Callable, args) -> jax.stages.Traced:
+        """``program`` traced at ``args`` (arrays, or ``jax.ShapeDtypeStruct`` of the
+        arrays it will get), kept for :meth:`run` of ``key`` to compile."""
+        with self._lock:
+            traced = self._traced.get(key)
+        if traced is None:
+            traced = _traced(program, args)
+            with self._lock:
+                traced = self._traced.setdefault(key, traced)
+        return traced
+
     def run(self, key: Hashable, program: Callable, args) -> tuple[Any, float, float]:
-        """Runs ``program`` on ``args``, compiled once per ``key``; returns (result,
-        compile seconds, run seconds)."""
+        """Runs ``program`` on ``args``, compiled once per ``key`` (from its trace if
+        :meth:`trace` made one); returns (result, compile seconds, run seconds)."""
         with self._lock:
             entry = self._compiled.get(key)
             mine = entry is None
             if mine:
                 entry = self._compiled[key] = concurrent.futures.Future()
+                traced = self._traced.pop(key, None)
         compile_seconds = 0.0
         if mine:
             start = time.perf_counter()
             try:
-                with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
-                    traced = jax.jit(program).trace(*args)
+                traced = traced or _traced(program, args)
                 entry.set_result((compile_traced(traced), any(
                     e.primitive.name in FACTORISATIONS for e in equations(traced.jaxpr.jaxpr))))
             except BaseException as error:
@@ -128,6 +145,18 @@ class Programs:
             start = time.perf_counter()
             result = jax.block_until_ready(compiled(*args))
         return result, compile_seconds, time.perf_counter() - start
+
+
+def _traced(program: Callable, args) -> jax.stages.Traced:
+    with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
+        return jax.jit(program).trace(*args)
+
+
+def largest_value(jaxpr) -> int:
+    """Bytes of the largest value a jaxpr takes or makes: a lower bound of its memory."""
+    values = [*jaxpr.invars, *(v for eqn in equations(jaxpr) for v in eqn.outvars)]
+    return max((math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in values
+                if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=0)
 
 
 def build_program(template: base.Problem) -> Callable:
@@ -217,6 +246,33 @@ class UnitRunner:
             states = jax.tree.map(lambda s: jax.numpy.swapaxes(s, 0, 1), states)
         return jax.lax.map(one, (test_keys, states, envs))
 
+    def _evaluation(self, tau: int, estimator: str) -> Callable:
+        return lambda *a: self.evaluate(*a, tau=tau, tau_estimator=estimator)
+
+    def largest_arrays(self, programs: Programs, batch: Sequence[base.Problem]
+                       ) -> dict[str, int]:
+        """Bytes of the largest array in each of this runner's programs for ``batch``:
+        traced, not compiled or run, the traces kept in ``programs`` for :meth:`rows`."""
+        key_seeds, args, num_train = self.arguments(batch)
+        size = len(batch)
+        build = programs.trace(("build", self.template.shape, size),
+                               build_program(self.template), (key_seeds, args))
+        instances, agent_keys, test_keys = build.out_info
+        sizes = {"build": largest_value(build.jaxpr.jaxpr)}
+        if self.on_host:  # trained outside JAX; its evaluation's handles are made there
+            states, trace = jax.ShapeDtypeStruct((size,), np.int32), lambda key, *a: _traced(*a)
+        else:
+            train = programs.trace((id(self), "train", size), self.train,
+                                   (agent_keys, instances, num_train, *self.values))
+            sizes["training"], states = largest_value(train.jaxpr.jaxpr), train.out_info
+            trace = programs.trace
+        for tau, estimator in self.evaluations:
+            evaluate = trace((id(self), "evaluate", tau, estimator, size),
+                             self._evaluation(tau, estimator),
+                             (test_keys, states, instances.env, *self.values))
+            sizes[f"tau = {tau} evaluation"] = largest_value(evaluate.jaxpr.jaxpr)
+        return sizes
+
     def arguments(self, batch: Sequence[base.Problem]):
         """The arguments of this batch's build and training programs."""
         return (np.array([p.key_seed for p in batch], np.uint32),
@@ -249,10 +305,8 @@ class UnitRunner:
         evaluations = {}
         try:
             for tau, estimator in self.evaluations:
-                program = lambda *a, tau=tau, estimator=estimator: self.evaluate(
-                    *a, tau=tau, tau_estimator=estimator)
                 ev, eval_compile, eval_s = programs.run(
-                    (id(self), "evaluate", tau, estimator, size), program,
+                    (id(self), "evaluate", tau, estimator, size), self._evaluation(tau, estimator),
                     (test_keys, states, instances.env, *self.values))
                 compile_s += eval_compile
                 evaluations[tau, estimator] = jax.device_get(ev), eval_s
