@@ -639,8 +639,8 @@ def test_the_memory_check_traces_each_program_once_for_the_run(tmp_path, monkeyp
     compiles those traces: every program of the command is traced once, not once for the
     check and again for the run."""
     traced, run_keys = [], []
-    trace, run = runner._traced, runner.Programs.run
-    monkeypatch.setattr(runner, "_traced", lambda *a: traced.append(1) or trace(*a))
+    trace, run = runner.trace_program, runner.Programs.run
+    monkeypatch.setattr(runner, "trace_program", lambda *a: traced.append(1) or trace(*a))
     monkeypatch.setattr(runner.Programs, "run", lambda self, key, *a: run_keys.append(key)
                         or run(self, key, *a))
     assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--set", "num_steps=5",

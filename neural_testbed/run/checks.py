@@ -7,9 +7,12 @@ Each raises a one-line ``ValueError`` naming the bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+import numpy as np
 
 from neural_testbed import base, memory
 from neural_testbed.agents import registry
@@ -17,7 +20,7 @@ from neural_testbed.likelihood import regression
 from neural_testbed.run import programs
 from neural_testbed.run.plan import WorkUnit
 
-__all__ = ["check_agent_on_problems", "check_memory"]
+__all__ = ["check_agent_on_problems", "check_memory", "largest_array", "largest_arrays"]
 
 MAX_INT32 = 2**31 - 1
 
@@ -48,10 +51,43 @@ def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
                              f"most {most}")
 
 
+def _largest_value(jaxpr) -> int:
+    """Bytes of the largest value a jaxpr takes or makes: a lower bound of its memory."""
+    values = [*jaxpr.invars, *(v for eqn in programs.equations(jaxpr) for v in eqn.outvars)]
+    return max((math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in values
+                if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=0)
+
+
+def largest_arrays(runner: programs.UnitRunner, run_programs: programs.Programs,
+                   batch: Sequence[base.Problem]) -> dict[str, int]:
+    """Bytes of the largest array in each of ``runner``'s programs for ``batch``: traced,
+    not compiled or run, the traces kept in ``run_programs`` for the run to compile."""
+    key_seeds, args, num_train = runner.arguments(batch)
+    size = len(batch)
+    build = run_programs.trace(("build", runner.template.shape, size),
+                               programs.build_program(runner.template), (key_seeds, args))
+    instances, agent_keys, test_keys = build.out_info
+    sizes = {"build": _largest_value(build.jaxpr.jaxpr)}
+    trace = run_programs.trace
+    if runner.on_host:  # trained outside JAX, into handles the run makes: traced apart
+        states, trace = (jax.ShapeDtypeStruct((size,), np.int32),
+                         lambda key, *program_args: programs.trace_program(*program_args))
+    else:
+        train = run_programs.trace((id(runner), "train", size), runner.train,
+                                   (agent_keys, instances, num_train, *runner.values))
+        sizes["training"], states = _largest_value(train.jaxpr.jaxpr), train.out_info
+    for tau, estimator in runner.evaluations:
+        evaluate = trace((id(runner), "evaluate", tau, estimator, size),
+                         runner.evaluation(tau, estimator),
+                         (test_keys, states, instances.env, *runner.values))
+        sizes[f"tau = {tau} evaluation"] = _largest_value(evaluate.jaxpr.jaxpr)
+    return sizes
+
+
 def largest_array(runner: programs.UnitRunner, problem: base.Problem) -> tuple[int, str]:
     """Bytes of the largest array in ``runner``'s programs for ``problem`` alone, and which
-    program holds it: traced, not compiled or run."""
-    sizes = runner.largest_arrays(programs.Programs(), [problem])
+    program holds it."""
+    sizes = largest_arrays(runner, programs.Programs(), [problem])
     name = max(sizes, key=sizes.get)
     return sizes[name], name
 
@@ -78,7 +114,7 @@ def check_memory(units: Sequence[WorkUnit], run_programs: programs.Programs) -> 
                 continue
             seen.add((id(runner), size))
             batch = list(unit.problems) + [unit.problems[-1]] * (size - len(unit.problems))
-            sizes = runner.largest_arrays(run_programs, batch)
+            sizes = largest_arrays(runner, run_programs, batch)
         except Exception:  # the unit records the same error in its rows
             continue
         program = max(sizes, key=sizes.get)

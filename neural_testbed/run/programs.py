@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
@@ -36,8 +35,7 @@ from neural_testbed.run import rows as rows_lib
 from neural_testbed.run.plan import WorkUnit, accepts_padding
 
 __all__ = ["MATMUL_PRECISION", "Programs", "UnitRunner", "build_program", "compile_traced",
-           "compute_unit", "equations", "largest_value", "unit_runner",
-           "use_full_float32_products"]
+           "compute_unit", "equations", "trace_program", "unit_runner", "use_full_float32_products"]
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +111,7 @@ class Programs:
         with self._lock:
             traced = self._traced.get(key)
         if traced is None:
-            traced = _traced(program, args)
+            traced = trace_program(program, args)
             with self._lock:
                 traced = self._traced.setdefault(key, traced)
         return traced
@@ -131,7 +129,7 @@ class Programs:
         if mine:
             start = time.perf_counter()
             try:
-                traced = traced or _traced(program, args)
+                traced = traced or trace_program(program, args)
                 entry.set_result((compile_traced(traced), any(
                     e.primitive.name in FACTORISATIONS for e in equations(traced.jaxpr.jaxpr))))
             except BaseException as error:
@@ -147,16 +145,10 @@ class Programs:
         return result, compile_seconds, time.perf_counter() - start
 
 
-def _traced(program: Callable, args) -> jax.stages.Traced:
+def trace_program(program: Callable, args) -> jax.stages.Traced:
+    """``jax.jit(program)`` traced at ``args``, with the run's matrix-product precision."""
     with jax.default_matmul_precision(MATMUL_PRECISION):  # fixed when traced
         return jax.jit(program).trace(*args)
-
-
-def largest_value(jaxpr) -> int:
-    """Bytes of the largest value a jaxpr takes or makes: a lower bound of its memory."""
-    values = [*jaxpr.invars, *(v for eqn in equations(jaxpr) for v in eqn.outvars)]
-    return max((math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in values
-                if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=0)
 
 
 def build_program(template: base.Problem) -> Callable:
@@ -246,32 +238,9 @@ class UnitRunner:
             states = jax.tree.map(lambda s: jax.numpy.swapaxes(s, 0, 1), states)
         return jax.lax.map(one, (test_keys, states, envs))
 
-    def _evaluation(self, tau: int, estimator: str) -> Callable:
+    def evaluation(self, tau: int, estimator: str) -> Callable:
+        """The evaluation program at ``tau`` (:meth:`evaluate`)."""
         return lambda *a: self.evaluate(*a, tau=tau, tau_estimator=estimator)
-
-    def largest_arrays(self, programs: Programs, batch: Sequence[base.Problem]
-                       ) -> dict[str, int]:
-        """Bytes of the largest array in each of this runner's programs for ``batch``:
-        traced, not compiled or run, the traces kept in ``programs`` for :meth:`rows`."""
-        key_seeds, args, num_train = self.arguments(batch)
-        size = len(batch)
-        build = programs.trace(("build", self.template.shape, size),
-                               build_program(self.template), (key_seeds, args))
-        instances, agent_keys, test_keys = build.out_info
-        sizes = {"build": largest_value(build.jaxpr.jaxpr)}
-        if self.on_host:  # trained outside JAX; its evaluation's handles are made there
-            states, trace = jax.ShapeDtypeStruct((size,), np.int32), lambda key, *a: _traced(*a)
-        else:
-            train = programs.trace((id(self), "train", size), self.train,
-                                   (agent_keys, instances, num_train, *self.values))
-            sizes["training"], states = largest_value(train.jaxpr.jaxpr), train.out_info
-            trace = programs.trace
-        for tau, estimator in self.evaluations:
-            evaluate = trace((id(self), "evaluate", tau, estimator, size),
-                             self._evaluation(tau, estimator),
-                             (test_keys, states, instances.env, *self.values))
-            sizes[f"tau = {tau} evaluation"] = largest_value(evaluate.jaxpr.jaxpr)
-        return sizes
 
     def arguments(self, batch: Sequence[base.Problem]):
         """The arguments of this batch's build and training programs."""
@@ -306,7 +275,7 @@ class UnitRunner:
         try:
             for tau, estimator in self.evaluations:
                 ev, eval_compile, eval_s = programs.run(
-                    (id(self), "evaluate", tau, estimator, size), self._evaluation(tau, estimator),
+                    (id(self), "evaluate", tau, estimator, size), self.evaluation(tau, estimator),
                     (test_keys, states, instances.env, *self.values))
                 compile_s += eval_compile
                 evaluations[tau, estimator] = jax.device_get(ev), eval_s
