@@ -5,7 +5,7 @@
   the command's entry point (``cli.main``, as the site's other pages do, with training
   shortened), a plain ``python`` block runs in its own interpreter.
 - Every other Python example runs (those that run for long with a user's XLA settings,
-  not the suite's faster-compiling ones), in its own interpreter, in a directory whose
+  not the suite's faster-compiling ones), as a script in this process, in a directory whose
   results store holds rows of mlp, ensemble+ and the reader's own model ``mine`` on the
   paper sweep (as after `neural-testbed run` of each, and `score`; made up here, as an
   example reads whatever its reader computed), or is run by the test named in
@@ -170,13 +170,20 @@ def _add_readers_rows(where: pathlib.Path, sweep: str) -> None:
 
 
 @pytest.mark.parametrize("page, code", list(_python_examples()))
-def test_every_python_example_runs(page, code, a_readers_store):
+def test_every_python_example_runs(page, code, a_readers_store, monkeypatch):
+    """As a script, in this process (a new interpreter per example only adds its start-up),
+    in the reader's directory; an agent it registers is unregistered after it."""
     covered = [test for fragment, test in COVERED.items() if fragment in code]
     if covered:
         assert (ROOT / covered[0].split("::")[0].split(" ")[0]).exists(), covered
         return
-    done = _python(code, a_readers_store)
-    assert done.returncode == 0, (page.name, code, done.stderr[-2000:])
+    monkeypatch.chdir(a_readers_store)
+    registered = set(agents.AGENTS)
+    try:
+        exec(compile(code, f"<{page.name} example>", "exec"), {"__name__": "__main__"})
+    finally:
+        for name in set(agents.AGENTS) - registered:
+            agents.unregister(name)
 
 
 def _commands():
