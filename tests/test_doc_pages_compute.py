@@ -68,7 +68,7 @@ def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
     its own flags to one problem (a shard of N to the sweep's first N) at tau 1 (or the
     first of the taus it names), or to one round: at full size each computes for minutes
     to hours, and what is under test here is that every documented line runs as written;
-    the commands' own tests check numbers."""
+    the commands' own tests check numbers (tests/test_cli.py's `diagnose` at four taus)."""
     words = [expanded for word in shlex.split(command)[1:] for expanded in (
         sorted(os.path.basename(f) for f in glob.glob(str(where / word))) if "*" in word
         else [word])]
@@ -81,7 +81,9 @@ def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
         words = words if args.problems else [
             *words, "--problems", next(iter(leaderboard.get_sweep(args.sweep)))]
         return words if "--reduction-k" in words else [*words, "--reduction-k", "1"]
-    if not hasattr(args, "problem_ids") or args.command == "diagnose":  # one problem already
+    if args.command == "diagnose":  # one problem already
+        return _set(words, "--taus", args.taus.split(",")[0] if args.taus else "1")
+    if not hasattr(args, "problem_ids"):
         return words
     if not args.problem_ids:
         try:
