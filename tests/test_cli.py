@@ -462,6 +462,17 @@ def test_diagnose_prints_every_diagnostic_and_writes_its_figures(tmp_path, capsy
     assert (out / "tau_curve.png").stat().st_size > 0
 
 
+def test_diagnose_takes_the_taus_asked_for_on_a_problem_found_in_the_paper_sweep(tmp_path):
+    """classification_2d/97 is not in the default sweep (quick): it is looked up in the
+    paper sweep, and still diagnosed at --taus, not at the paper's 1 and 100."""
+    db = tmp_path / "d.db"
+    assert cli.main(["diagnose", "--agent", "mlp", "--set", "num_steps=5", "--problem",
+                     "classification_2d/97", "--taus", "2", "--db", str(db), "--out",
+                     str(tmp_path / "figs"), "--quiet"]) == 0
+    with leaderboard.ResultsStore(db, create=False) as store:
+        assert {r.tau for r in store.rows()} == {2}
+
+
 def test_diagnose_names_an_unknown_problem_in_one_line(tmp_path, capsys, no_work, one_error_line):
     assert cli.main(["diagnose", "--agent", "mlp", "--problem", "nope/1",
                      "--db", str(tmp_path / "d.db"), "--out", str(tmp_path)]) == 2

@@ -226,6 +226,8 @@ def _diagnose_problem(args):
     if args.problem not in problems:
         raise ValueError(f"unknown problem {args.problem!r}; see `neural-testbed problems "
                          f"--sweep {args.sweep}`")
+    if args.taus is not None:  # a paper problem too is diagnosed at the taus asked for
+        return dataclasses.replace(problems[args.problem], taus=options.parse_taus(args.taus))
     return problems[args.problem]
 
 
