@@ -306,5 +306,5 @@ def own_imports(tmp_path):
     for name in set(registry.AGENTS) - before:
         registry.unregister(name)
     for name, module in list(sys.modules.items()):
-        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+        if str(getattr(module, "__file__", None) or "").startswith(f"{tmp_path}{os.sep}"):
             del sys.modules[name]
