@@ -64,22 +64,20 @@ def largest_arrays(runner: programs.UnitRunner, run_programs: programs.Programs,
     not compiled or run, the traces kept in ``run_programs`` for the run to compile."""
     key_seeds, args, num_train = runner.arguments(batch)
     size = len(batch)
-    build = run_programs.trace(("build", runner.template.shape, size),
-                               programs.build_program(runner.template), (key_seeds, args))
+    build = run_programs.trace(runner.key("build", size), programs.build_program(runner.template),
+                               (key_seeds, args))
     instances, agent_keys, test_keys = build.out_info
     sizes = {"build": _largest_value(build.jaxpr.jaxpr)}
-    trace = run_programs.trace
-    if runner.on_host:  # trained outside JAX, into handles the run makes: traced apart
-        states, trace = (jax.ShapeDtypeStruct((size,), np.int32),
-                         lambda key, *program_args: programs.trace_program(*program_args))
+    if runner.on_host:  # trained outside JAX: a handle per problem into its states
+        states = jax.ShapeDtypeStruct((size,), np.int32)
     else:
-        train = run_programs.trace((id(runner), "train", size), runner.train,
+        train = run_programs.trace(runner.key("train", size), runner.train,
                                    (agent_keys, instances, num_train, *runner.values))
         sizes["training"], states = _largest_value(train.jaxpr.jaxpr), train.out_info
     for tau, estimator in runner.evaluations:
-        evaluate = trace((id(runner), "evaluate", tau, estimator, size),
-                         runner.evaluation(tau, estimator),
-                         (test_keys, states, instances.env, *runner.values))
+        evaluate = run_programs.trace(runner.key("evaluate", size, tau, estimator),
+                                      runner.evaluation(tau, estimator),
+                                      (test_keys, states, instances.env, *runner.values))
         sizes[f"tau = {tau} evaluation"] = _largest_value(evaluate.jaxpr.jaxpr)
     return sizes
 
@@ -108,12 +106,10 @@ def check_memory(units: Sequence[WorkUnit], run_programs: programs.Programs) -> 
         if unit.study is not None:
             continue
         try:
-            runner = programs.unit_runner(unit, run_programs)
-            size = max(unit.pad_to, len(unit.problems))
-            if (id(runner), size) in seen:
+            runner, batch = programs.unit_runner(unit, run_programs), programs.padded_problems(unit)
+            if (id(runner), len(batch)) in seen:
                 continue
-            seen.add((id(runner), size))
-            batch = list(unit.problems) + [unit.problems[-1]] * (size - len(unit.problems))
+            seen.add((id(runner), len(batch)))
             sizes = largest_arrays(runner, run_programs, batch)
         except Exception:  # the unit records the same error in its rows
             continue
@@ -125,6 +121,7 @@ def check_memory(units: Sequence[WorkUnit], run_programs: programs.Programs) -> 
                 f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
                 if getattr(config, f.name) != getattr(default, f.name)) or "default"
             ids = ", ".join(p.problem_id for p in unit.problems)
+            size = len(batch)
             batch_of = f"a batch of {size} problems" if size > 1 else "that problem alone"
             raise ValueError(f"agent {unit.agent} ({changed}) cannot run {ids}: its {program} "
                              f"program holds an array of {sizes[program] / 2**30:.4g} GiB for "

@@ -35,7 +35,8 @@ from neural_testbed.run import rows as rows_lib
 from neural_testbed.run.plan import WorkUnit, accepts_padding
 
 __all__ = ["MATMUL_PRECISION", "Programs", "UnitRunner", "build_program", "compile_traced",
-           "compute_unit", "equations", "trace_program", "unit_runner", "use_full_float32_products"]
+           "compute_unit", "equations", "padded_problems", "trace_program", "unit_runner",
+           "use_full_float32_products"]
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +86,7 @@ class Programs:
     def __init__(self):
         self._lock = threading.Lock()
         self._compiled: dict[Hashable, concurrent.futures.Future] = {}
-        # Traced ahead of the run (the memory check reads them) and compiled by run():
-        # a program is traced once either way.
-        self._traced: dict[Hashable, jax.stages.Traced] = {}
+        self._traced: dict[Hashable, jax.stages.Traced] = {}  # ahead of run(), by trace()
         self.factorising = threading.Lock()  # held while a program that factorises runs
         self._runners: collections.OrderedDict = collections.OrderedDict()
 
@@ -108,13 +107,10 @@ class Programs:
     def trace(self, key: Hashable, program: Callable, args) -> jax.stages.Traced:
         """``program`` traced at ``args`` (arrays, or ``jax.ShapeDtypeStruct`` of the
         arrays it will get), kept for :meth:`run` of ``key`` to compile."""
-        with self._lock:
-            traced = self._traced.get(key)
-        if traced is None:
-            traced = trace_program(program, args)
-            with self._lock:
-                traced = self._traced.setdefault(key, traced)
-        return traced
+        with self._lock:  # the memory check traces ahead, before any unit runs
+            if key not in self._traced:
+                self._traced[key] = trace_program(program, args)
+            return self._traced[key]
 
     def run(self, key: Hashable, program: Callable, args) -> tuple[Any, float, float]:
         """Runs ``program`` on ``args``, compiled once per ``key`` (from its trace if
@@ -238,6 +234,12 @@ class UnitRunner:
             states = jax.tree.map(lambda s: jax.numpy.swapaxes(s, 0, 1), states)
         return jax.lax.map(one, (test_keys, states, envs))
 
+    def key(self, program: str, size: int, *evaluation) -> tuple:
+        """A program's key in :class:`Programs` (a batch build is shared by runners)."""
+        if program == "build":
+            return ("build", self.template.shape, size)
+        return (id(self), program, *evaluation, size)
+
     def evaluation(self, tau: int, estimator: str) -> Callable:
         """The evaluation program at ``tau`` (:meth:`evaluate`)."""
         return lambda *a: self.evaluate(*a, tau=tau, tau_estimator=estimator)
@@ -259,7 +261,7 @@ class UnitRunner:
         key_seeds, args, num_train = self.arguments(batch)
         size = len(batch)
         (instances, agent_keys, test_keys), compile_s, build_s = programs.run(
-            ("build", self.template.shape, size), build_program(self.template),
+            self.key("build", size), build_program(self.template),
             (key_seeds, args))
         if self.on_host:
             start = time.perf_counter()
@@ -268,14 +270,14 @@ class UnitRunner:
             train_compile, train_s = 0.0, time.perf_counter() - start
         else:
             states, train_compile, train_s = programs.run(
-                (id(self), "train", size), self.train,
+                self.key("train", size), self.train,
                 (agent_keys, instances, num_train, *self.values))
         compile_s += train_compile
         evaluations = {}
         try:
             for tau, estimator in self.evaluations:
                 ev, eval_compile, eval_s = programs.run(
-                    (id(self), "evaluate", tau, estimator, size), self.evaluation(tau, estimator),
+                    self.key("evaluate", size, tau, estimator), self.evaluation(tau, estimator),
                     (test_keys, states, instances.env, *self.values))
                 compile_s += eval_compile
                 evaluations[tau, estimator] = jax.device_get(ev), eval_s
@@ -324,6 +326,11 @@ def unit_runner(unit: WorkUnit, programs: Programs,
         make=spec.make if spec else None, batchable=spec.batchable if spec else ()))
 
 
+def padded_problems(unit: WorkUnit) -> list[base.Problem]:
+    """The unit's problems, the last repeated up to ``unit.pad_to``."""
+    return [*unit.problems, *[unit.problems[-1]] * (unit.pad_to - len(unit.problems))]
+
+
 def compute_unit(unit: WorkUnit, programs: Programs,
                  build: base.AgentBuilder | None = None) -> list[base.ProblemResult]:
     """The rows of a work unit; failures become failed rows, never exceptions.
@@ -342,8 +349,7 @@ def compute_unit(unit: WorkUnit, programs: Programs,
         runner = unit_runner(unit, programs, build)
     except Exception as error:  # building the agent or its runner failed: every row fails
         return rows_lib.failed_rows_of(unit, error)
-    size = max(unit.pad_to, len(unit.problems))
-    padded = list(unit.problems) + [unit.problems[-1]] * (size - len(unit.problems))
+    padded = padded_problems(unit)
     try:
         return runner.rows(programs, padded, num_real=len(unit.problems))
     except Exception as error:  # an agent may raise anything; record, don't stop
