@@ -297,8 +297,8 @@ def short_training():
 @pytest.fixture
 def own_imports(tmp_path):
     """Modules a test's commands import from its directory (``--import my_agent.py``) and
-    the agents they register are gone when it ends, so a later test in the same process
-    imports its own ``my_agent`` (commands run in this process through ``cli.main``)."""
+    the agents registered during it are gone when it ends, so a later test in the same
+    process imports its own ``my_agent`` (commands and examples run in this process)."""
     from neural_testbed.agents import registry
 
     before = set(registry.AGENTS)

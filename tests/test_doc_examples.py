@@ -101,6 +101,7 @@ def test_the_tutorial_runs_from_an_empty_directory(tmp_path, monkeypatch, capsys
     their configs' hashes, so `compare` and `plot` find them), the plain ``python`` block
     in its own interpreter, as a reader runs it."""
     monkeypatch.chdir(tmp_path)
+    short_training(monkeypatch)
     outputs = []
     for lang, title, code in blocks(TUTORIAL):
         if title:
@@ -111,9 +112,7 @@ def test_the_tutorial_runs_from_an_empty_directory(tmp_path, monkeypatch, capsys
             outputs.append(done.stdout)
         else:
             (command,) = shell_commands_of(code)
-            with monkeypatch.context() as patch:
-                short_training(patch)
-                status = cli.main(shlex.split(command)[1:])
+            status = cli.main(shlex.split(command)[1:])
             out, err = capsys.readouterr()
             assert status == 0, (command, out[-2000:], err[-2000:])
             outputs.append(out)
@@ -170,20 +169,16 @@ def _add_readers_rows(where: pathlib.Path, sweep: str) -> None:
 
 
 @pytest.mark.parametrize("page, code", list(_python_examples()))
+@pytest.mark.usefixtures("own_imports")  # an agent an example registers is gone after it
 def test_every_python_example_runs(page, code, a_readers_store, monkeypatch):
     """As a script, in this process (a new interpreter per example only adds its start-up),
-    in the reader's directory; an agent it registers is unregistered after it."""
+    in the reader's directory."""
     covered = [test for fragment, test in COVERED.items() if fragment in code]
     if covered:
         assert (ROOT / covered[0].split("::")[0].split(" ")[0]).exists(), covered
         return
     monkeypatch.chdir(a_readers_store)
-    registered = set(agents.AGENTS)
-    try:
-        exec(compile(code, f"<{page.name} example>", "exec"), {"__name__": "__main__"})
-    finally:
-        for name in set(agents.AGENTS) - registered:
-            agents.unregister(name)
+    exec(compile(code, f"<{page.name} example>", "exec"), {"__name__": "__main__"})
 
 
 def _commands():
