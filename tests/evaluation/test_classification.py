@@ -102,7 +102,7 @@ def _spread_ratio(evaluate, tau, num_test):
 
 @pytest.mark.slow  # 12 evaluations at N = M = 300, at each tau
 # At tau = 100 the time is in running 12 evaluations, so optimised code pays; at tau = 1
-# compiling dominates (benchmarks/suite_cpu.py: 4.5 CPU-s optimised, 1.7 not).
+# compiling dominates, and unoptimised code costs less (benchmarks/suite_cpu.py shows it).
 @pytest.mark.parametrize("tau", [1, 100])
 def test_reported_stderr_matches_the_spread_of_repeated_evaluations(tau, request):
     """A fixed 100-member mixture evaluated with 12 keys: the spread of the estimates is
