@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-from importlib import metadata
 import json
 import os
 import pathlib
@@ -44,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from importlib import metadata
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import cold_and_warm  # noqa: E402  (the runner of a timed command)
