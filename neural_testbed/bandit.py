@@ -27,7 +27,7 @@ any registered JAX agent through the agent contract of :mod:`neural_testbed.base
   scale their prior regularisation by the pairs they see, which anneals it as data
   arrives. The reference instead takes one SGD step per observation on running
   parameters with its L2 term divided by the step count; the contract has no
-  incremental update, so this retrains on a schedule (docs/bandit.md says so).
+  incremental update, so this retrains on a schedule.
 - Before the first training there is no data: the first step's action is uniformly
   random.
 
@@ -47,8 +47,8 @@ import numpy as np
 from neural_testbed import base
 from neural_testbed.generative import mlp_classification
 
-__all__ = ["BanditEnvironment", "BanditRun", "BanditSetting", "run_seeds", "run_thompson",
-           "sample_bandit"]
+__all__ = ["BanditEnvironment", "BanditRun", "BanditSetting", "check_agent", "run_seeds",
+           "run_thompson", "sample_bandit", "seed_keys", "seeds_program"]
 
 ENV_HIDDEN = (50, 50)  # the environment MLP's widths, the testbed's
 
@@ -176,12 +176,30 @@ def run_thompson(key: jax.Array, agent: base.Agent, setting: BanditSetting) -> B
                        for f, rest in zip(first, later)))
 
 
-def run_seeds(agent: base.Agent, setting: BanditSetting, seeds) -> BanditRun:
-    """Runs of ``agent`` on the bandits of ``seeds`` (seed s: ``jax.random.key(s)``), as one
-    program ``vmap``-ped over seeds; NumPy arrays ``[seeds, steps]``."""
-    if isinstance(agent, base.HostAgent) or not agent.accepts_padding:
+def check_agent(agent: base.Agent | base.HostAgent) -> None:
+    """Raises a one-line error for an agent the bandit cannot run."""
+    if isinstance(agent, base.HostAgent):
+        raise ValueError("the bandit runs the agent inside one JAX program, which a host agent "
+                         "(trained outside JAX) cannot join")
+    if not agent.accepts_padding:
         raise ValueError("the bandit trains the agent on its data padded to num_steps rows "
                          "(Agent.accepts_padding), which this agent does not accept")
-    keys = jax.vmap(jax.random.key)(jnp.asarray(np.asarray(seeds, np.uint32)))
-    run = jax.jit(jax.vmap(lambda key: run_thompson(key, agent, setting)))(keys)
+
+
+def seed_keys(seeds) -> jax.Array:
+    """The keys of ``seeds``: seed s is ``jax.random.key(s)``."""
+    return jax.vmap(jax.random.key)(jnp.asarray(np.asarray(seeds, np.uint32)))
+
+
+def seeds_program(agent: base.Agent, setting: BanditSetting):
+    """``keys -> BanditRun`` of every seed's key (:func:`seed_keys`), ``vmap``-ped: one
+    program for a batch of seeds (``jit`` it)."""
+    check_agent(agent)
+    return jax.vmap(lambda key: run_thompson(key, agent, setting))
+
+
+def run_seeds(agent: base.Agent, setting: BanditSetting, seeds) -> BanditRun:
+    """Runs of ``agent`` on the bandits of ``seeds``, compiled and run as one program;
+    NumPy arrays ``[seeds, steps]``."""
+    run = jax.jit(seeds_program(agent, setting))(seed_keys(seeds))
     return BanditRun(*(np.asarray(a) for a in run))

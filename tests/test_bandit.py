@@ -1,15 +1,19 @@
 """The Thompson-sampling bandit: known answers for an agent that knows the environment, one
 that knows nothing, and the run's bookkeeping."""
 
+import csv
 import dataclasses
+import io
+import json
 
 import jax
 import numpy as np
 import pytest
 
-from neural_testbed import bandit, base
+from neural_testbed import bandit, base, cli, leaderboard
 from neural_testbed.agents import registry
 from neural_testbed.generative import mlp_classification
+from neural_testbed.leaderboard import studies
 
 SETTING = bandit.BanditSetting(num_steps=400, retrain_every=50)
 SHAPES = base.Shapes(SETTING.input_dim, 2)
@@ -88,3 +92,66 @@ def test_bad_settings_and_agents_that_cannot_be_padded_are_refused():
                           enn=base.ENN(lambda s, x, i: x, lambda key: 0))
     with pytest.raises(ValueError, match="accepts_padding"):
         bandit.run_seeds(unpadded, SETTING, [0])
+
+
+def _bandit(tmp_path, *words):
+    return cli.main(["bandit", "--steps", "120", "--retrain-every", "40", "--db",
+                     str(tmp_path / "bandit.db"), "--quiet", *words])
+
+
+def test_the_command_stores_each_seed_resumes_and_prints_every_config_of_the_setting(
+        tmp_path, capsys):
+    """A rerun with more seeds computes only the new ones; a second agent's table holds
+    both, lowest regret first, each the mean ± se of its stored seeds; the figure is
+    drawn; `export --table studies` has every seed's cumulative regret."""
+    assert _bandit(tmp_path, "--agent", "uniform", "--seeds", "3") == 0
+    out = capsys.readouterr().out
+    assert "3 seeds computed" in out and "0 reused" in out
+    assert _bandit(tmp_path, "--agent", "uniform", "--seeds", "5", "--seeds-per-unit", "1") == 0
+    out = capsys.readouterr().out
+    assert "2 seeds computed" in out and "3 reused" in out
+    with leaderboard.ResultsStore(str(tmp_path / "bandit.db"), create=False) as store:
+        records = store.studies(study="bandit")
+    assert sorted(r["problem_id"] for r in records) == [f"bandit/{s}" for s in range(5)]
+    totals = [json.loads(r["data"])["total_regret"] for r in records]
+    # Each record's total is its per-step regrets' sum, and the run's own (seed 0 again).
+    assert all(t == pytest.approx(float(studies.bandit_regret(r).sum()), rel=1e-5)
+               for t, r in zip(totals, records))
+    spec = registry.get_agent("uniform")
+    again = bandit.run_seeds(spec.make(spec.default, SHAPES), bandit.BanditSetting(
+        num_steps=120, retrain_every=40), [0])
+    assert totals[0] == pytest.approx(float(again.regret.sum()), rel=1e-5)
+
+    figure = tmp_path / "regret.png"
+    assert _bandit(tmp_path, "--agent", "mlp", "--set", "num_steps=20", "--seeds", "5",
+                   "--format", "csv", "--out", str(figure)) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {r["agent"] for r in table} == {"mlp", "uniform"} and len(table) == 2
+    assert [float(r["regret"]) for r in table] == sorted(float(r["regret"]) for r in table)
+    uniform = next(r for r in table if r["agent"] == "uniform")
+    assert float(uniform["regret"]) == pytest.approx(np.mean(totals), rel=1e-4)
+    assert float(uniform["regret_se"]) == pytest.approx(np.std(totals, ddof=1) / np.sqrt(5),
+                                                        rel=1e-4)
+    assert figure.stat().st_size > 0 and figure.with_suffix(".pdf").exists()
+
+    exported = tmp_path / "studies.csv"
+    assert cli.main(["export", "--db", str(tmp_path / "bandit.db"), "--table", "studies",
+                     "--output", str(exported)]) == 0
+    rows = list(csv.DictReader(exported.open()))
+    last = [r for r in rows if r["agent"] == "uniform" and r["at"] == "step=120"]
+    assert sorted(float(r["value"]) for r in last) == pytest.approx(sorted(totals), rel=1e-5)
+
+
+@pytest.mark.parametrize("words, fragments", [
+    (["--agent", "uniform", "--seeds", "0"], ["--seeds must be an integer >= 1, got 0"]),
+    (["--agent", "uniform", "--retrain-every", "0"],
+     ["retrain_every must be an integer >= 1, got 0"]),
+    (["--agent", "uniform", "--temperature", "0"], ["temperature must be > 0, got 0"]),
+    (["--agent", "cnp"], ["'cnp' is for regression only"]),
+    (["--agent", "random_forest"], ["a host agent (trained outside JAX) cannot"]),
+])
+def test_bad_input_is_one_line_before_the_store_is_made(tmp_path, one_error_line, words,
+                                                         fragments):
+    assert _bandit(tmp_path, *words) == 2
+    one_error_line(*fragments)
+    assert not (tmp_path / "bandit.db").exists()

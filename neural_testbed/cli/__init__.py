@@ -20,6 +20,7 @@ from neural_testbed.agents import plugins
 from neural_testbed.cli import (
     arrays,
     compute,
+    decisions,
     listing,
     options,
     report,
@@ -35,13 +36,14 @@ from neural_testbed.run import programs
 __all__ = ["build_parser", "main"]
 
 _PARSERS = {**compute.PARSERS, **scores.PARSERS, **reproduce.PARSERS, **studies.PARSERS,
-            **stores.PARSERS, **listing.PARSERS, **arrays.PARSERS, **report.PARSERS}
+            **stores.PARSERS, **listing.PARSERS, **arrays.PARSERS, **report.PARSERS,
+            **decisions.PARSERS}
 # The order in which `neural-testbed --help` lists the commands.
 _ORDER = ("run", "sweep", "leaderboard", "compare", "plot", "report", "reproduce", "diagnose",
-          "correlate", "probe", "tal", "xll", "inputs", "score", "merge", "export", "agents",
-          "problems")
+          "correlate", "probe", "tal", "xll", "bandit", "inputs", "score", "merge", "export",
+          "agents", "problems")
 # The commands that compute results into --db.
-_STORE_WRITERS = ("run", "sweep", "diagnose", "tal", "probe", "score")
+_STORE_WRITERS = ("run", "sweep", "diagnose", "tal", "probe", "bandit", "score")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ MODULES = {
     "diagnostics": "neural_testbed.figures.diagnostics",
     "probes": "neural_testbed.figures.probes",
     "tal": "neural_testbed.figures.active",
+    "bandit": "neural_testbed.figures.bandit",
 }
 
 

@@ -32,6 +32,7 @@ from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
 
 __all__ = [
+    "agent_colours",
     "best_prior_scales",
     "figure_agent_samples",
     "figure_frontier",
@@ -76,7 +77,7 @@ _SPARE_COLOURS = ("#44AA99", "#88CCEE", "#77AADD", "#EE8866", "#EEDD88", "#FFAAB
                   "#99DDFF", "#AAAA00", "#BBCC33")
 
 
-def _colours(agents: Iterable[str], baseline: str | None = None) -> dict[str, Any]:
+def agent_colours(agents: Iterable[str], baseline: str | None = None) -> dict[str, Any]:
     """Each built-in agent's fixed colour; other names (sorted) take the spare colours in
     turn; black for the baseline."""
     others = itertools.cycle(_SPARE_COLOURS)
@@ -142,7 +143,7 @@ def figure_normalised_kl(
     """
     if not records:
         raise ValueError("no agent records to plot")
-    colours = _colours((r["agent"] for r in records), baseline)
+    colours = agent_colours((r["agent"] for r in records), baseline)
     figure = new_figure(_SIZE_FIGURE_2)
     axes = figure.subplots(1, 2)
     positions = np.arange(len(records))
@@ -212,7 +213,7 @@ def figure_kl_vs_num_train(
     records = [r for r in setting_records if r["tau"] == tau and _finite(r[r["metric"]])]
     if not records:
         raise ValueError(f"no KL results at tau={tau} to plot")
-    colours = _colours((r["agent"] for r in records), baseline)
+    colours = agent_colours((r["agent"] for r in records), baseline)
     # A column of panels per temperature (noise variance on regression, dataset on real
     # data); a row per input dimension where the settings name it (the current sweep's
     # d in {2, 10, 100}, regression's d; a 2-d problem's setting does not).
@@ -290,7 +291,7 @@ def figure_kl_vs_time(
         raise ValueError(f"no configs with a finite d_KL^{tau} and a positive time to plot")
     normalised = _finite(baseline_kl) and baseline_kl > 0
     divisor = baseline_kl if normalised else 1.0
-    colours = _colours((r["agent"] for r in records), baseline)
+    colours = agent_colours((r["agent"] for r in records), baseline)
     most = max(r["problems"] for r in records)
     names = _source_labels(records)
     markers, key = _device_markers({r["agent"] for r in records}, devices or {})
@@ -361,7 +362,7 @@ def figure_frontier(records: Sequence[Mapping[str, Any]], seconds: Mapping[str, 
     if not points:
         raise ValueError("no agent with a finite score and a positive time to plot")
     metric = points[0][2]["metric"]
-    colours = _colours(r["agent"] for _, _, r in points)
+    colours = agent_colours(r["agent"] for _, _, r in points)
     markers, key = _device_markers((r["agent"] for _, _, r in points), devices)
     figure = new_figure(_SIZE_FRONTIER)
     ax = figure.subplots()
@@ -414,7 +415,7 @@ def figure_testbed_vs_real(
     if not records:
         raise ValueError(f"no configs with testbed and real-data scores in the {regime} regime "
                          "to plot")
-    colours = _colours(r["agent"] for r in records)
+    colours = agent_colours(r["agent"] for r in records)
     figure = new_figure(_SIZE_FIGURE_6B)
     ax = figure.subplots()
     for r in records:

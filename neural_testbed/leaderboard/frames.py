@@ -130,9 +130,10 @@ def compare_frame(agent: str, baselines: Sequence[str] = ("mlp",),
 
 
 def studies_frame(db: str = store_lib.DEFAULT_DB):
-    """The stored results of ``tal`` and ``probe`` in long form, one value per row:
-    agent, config_hash, problem_id, study, settings_hash, name (a TAL method or
-    ``metacorrelation``, or a probe), at (``round=R`` or the probe's parameter), value.
+    """The stored results of ``tal``, ``probe`` and ``bandit`` in long form, one value per
+    row: agent, config_hash, problem_id, study, settings_hash, name (a TAL method or
+    ``metacorrelation``, a probe, or ``cumulative_regret``), at (``round=R``, the probe's
+    parameter or ``step=S``), value.
 
     Example:
       >>> frame = studies_frame("results.db")

@@ -1,13 +1,16 @@
-"""Per-problem results of the studies that are not rows: `tal` and `probe`.
+"""Per-problem results of the studies that are not rows: `tal`, `probe` and `bandit`.
 
-Both commands train an agent per problem and compute numbers no row holds
-(:mod:`neural_testbed.active.tal`, :mod:`neural_testbed.leaderboard.probing`).
+The commands train an agent per problem (for ``bandit``, per seed's bandit: its
+"problem" is ``bandit/SEED``) and compute numbers no row holds
+(:mod:`neural_testbed.active.tal`, :mod:`neural_testbed.leaderboard.probing`,
+:mod:`neural_testbed.bandit`).
 Each problem's result is written to the store's ``studies`` table as soon as it
 is done, one record per (agent, config hash, problem, study, settings hash),
 so an interrupted run resumes where it stopped and the leaderboard, ``compare``
 and the DataFrames can use them. The settings are those that change the
 numbers (TAL: rounds, batch, samples, agent seed, methods; probes: the k lists,
-bins, samples, agent seed), as canonical JSON beside their hash.
+bins, samples, agent seed; bandit: the whole :class:`~neural_testbed.bandit.BanditSetting`),
+as canonical JSON beside their hash.
 
 A record's ``data`` is JSON that gives back the result exactly (float32 values
 as the float64 numbers they are, so a report from the store equals the report
@@ -18,7 +21,10 @@ of the run that computed it):
   ``num_queried`` and the agent's ``metacorrelation`` (null: not applicable);
 - ``probe``: a list of ``{"probe", "at", "value"}``, as ``probe --per-problem``
   prints them, and in ``detail`` the per-input distance and predictive variance
-  (float32, zlib) that the variance-by-distance figure draws.
+  (float32, zlib) that the variance-by-distance figure draws;
+- ``bandit``: the ``seed``, ``total_regret``, ``best_action_share`` and the
+  ``cumulative_regret`` at up to 100 ``steps``, and in ``detail`` the regret of
+  every step (float32, zlib).
 
 Per-problem scalars for ``leaderboard --metrics`` and ``compare --metric``
 (:data:`METRICS`):
@@ -46,17 +52,34 @@ from typing import Any
 
 import numpy as np
 
-from neural_testbed import outputs
+from neural_testbed import bandit, outputs
 from neural_testbed.active import selection, tal
 from neural_testbed.leaderboard import probing, scoring
 from neural_testbed.leaderboard.configs import config_hash, config_json
 
-__all__ = ["LONG_COLUMNS", "METRICS", "STUDIES", "long_records", "per_problem_metrics",
-           "write_long_csv",
-           "probe_record", "probe_result", "probe_settings_json", "settings_hash",
-           "stored_by_problem", "tal_record", "tal_result", "tal_score", "tal_settings_json"]
+__all__ = [
+    "LONG_COLUMNS",
+    "METRICS",
+    "STUDIES",
+    "bandit_record",
+    "bandit_regret",
+    "bandit_settings_json",
+    "bandit_summary",
+    "long_records",
+    "per_problem_metrics",
+    "probe_record",
+    "probe_result",
+    "probe_settings_json",
+    "settings_hash",
+    "stored_by_problem",
+    "tal_record",
+    "tal_result",
+    "tal_score",
+    "tal_settings_json",
+    "write_long_csv",
+]
 
-STUDIES = ("tal", "probe")
+STUDIES = ("tal", "probe", "bandit")
 # Columns of the long form (one value per record): `export --table studies`, studies_frame.
 LONG_COLUMNS = ("agent", "config_hash", "problem_id", "study", "settings_hash", "name", "at",
                 "value")
@@ -150,6 +173,60 @@ def probe_result(record: Mapping[str, Any]) -> probing.ProblemProbes:
     return probing.ProblemProbes(**fields)
 
 
+_CHECKPOINTS = 100  # steps at which a bandit record's data holds the cumulative regret
+
+
+def bandit_settings_json(setting: bandit.BanditSetting) -> str:
+    """The settings of a bandit record: all of :class:`~neural_testbed.bandit.BanditSetting`,
+    the number of actions given as a number (the default's 50 x d, written out)."""
+    return _canonical(dataclasses.replace(setting, num_actions=setting.actions))
+
+
+def bandit_record(agent: str, config: Any, seed: int, regret: np.ndarray,
+                  actions: np.ndarray, setting: bandit.BanditSetting,
+                  seconds: float | None = None) -> dict[str, Any]:
+    """The store record of one seed's bandit run: in ``data`` the seed, the total regret,
+    the share of steps that took the best action and the cumulative regret at up to 100
+    evenly spaced steps; in ``detail`` the regret of every step (float32, zlib)."""
+    regret = np.asarray(regret, "<f4")
+    cumulative = np.cumsum(regret, dtype=np.float64)
+    steps = np.unique(np.linspace(1, len(regret), min(_CHECKPOINTS, len(regret))).astype(int))
+    data = {"seed": int(seed), "total_regret": float(cumulative[-1]),
+            "best_action_share": float(np.mean(regret == 0)),
+            "steps": steps.tolist(), "cumulative_regret": cumulative[steps - 1].tolist()}
+    return _record(agent, config, f"bandit/{seed}", "bandit", bandit_settings_json(setting),
+                   data, zlib.compress(regret.tobytes(), 6), seconds)
+
+
+def bandit_regret(record: Mapping[str, Any]) -> np.ndarray:
+    """The regret of every step of a bandit record (float32, as computed)."""
+    return np.frombuffer(zlib.decompress(record["detail"]), "<f4").copy()
+
+
+def bandit_summary(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per agent config, over its seeds' bandit records (of one setting): the mean total
+    regret and its standard error, the mean share of steps that took the best action,
+    and the mean cumulative regret with its standard error at each stored step; the
+    lowest total regret first."""
+    by_config: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in records:
+        by_config.setdefault((r["agent"], r["config_hash"]), []).append(r)
+    out = []
+    for (agent, hash_), group in by_config.items():
+        data = [json.loads(r["data"]) for r in group]
+        totals = np.array([d["total_regret"] for d in data])
+        curves = np.array([d["cumulative_regret"] for d in data])
+        n = len(data)
+        out.append({"agent": agent, "config_hash": hash_, "seeds": n,
+                    "regret": float(totals.mean()),
+                    "regret_se": float(totals.std(ddof=1) / np.sqrt(n)) if n > 1 else math.nan,
+                    "best_action_share": float(np.mean([d["best_action_share"] for d in data])),
+                    "steps": data[0]["steps"], "curve": curves.mean(0).tolist(),
+                    "curve_se": (curves.std(0, ddof=1) / np.sqrt(n)).tolist() if n > 1
+                    else [math.nan] * curves.shape[1]})
+    return sorted(out, key=lambda r: r["regret"])
+
+
 def stored_by_problem(store, agent: str, config: Any, study: str,
                       settings: str) -> dict[str, dict[str, Any]]:
     """The records of an agent config's study with these settings, by problem id."""
@@ -221,8 +298,9 @@ def long_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
     TAL: ``name`` a method and ``at`` ``round=R`` (the test log-likelihood after R
     rounds; 0: before any query), then ``name="metacorrelation"``; probes: ``name``
-    a probe and ``at`` its parameter, as ``probe --per-problem`` prints them. The
-    selected indices and the per-input arrays stay in the store.
+    a probe and ``at`` its parameter, as ``probe --per-problem`` prints them; bandit:
+    ``name="cumulative_regret"`` and ``at`` ``step=S``. The selected indices, the
+    per-input arrays and the per-step regret stay in the store.
     """
     out = []
     for r in records:
@@ -235,6 +313,9 @@ def long_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             meta = data["metacorrelation"]
             out.append({**where, "name": "metacorrelation", "at": "",
                         "value": math.nan if meta is None else meta})
+        elif r["study"] == "bandit":
+            out.extend({**where, "name": "cumulative_regret", "at": f"step={t}", "value": v}
+                       for t, v in zip(data["steps"], data["cumulative_regret"]))
         else:
             out.extend({**where, "name": e["probe"], "at": e["at"], "value": e["value"]}
                        for e in data)

@@ -1,4 +1,4 @@
-"""Running the studies that are not rows (`tal`, `probe`) into a results store.
+"""Running the studies that are not rows (`tal`, `probe`, `bandit`) into a results store.
 
 They go through the run path (:func:`neural_testbed.run.run_study`: a unit per problem
 shape, on the backend the options name, each unit's records written to the store as it
@@ -13,14 +13,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from neural_testbed import base, run
+import numpy as np
+
+from neural_testbed import bandit, base, run
 from neural_testbed.active import tal
 from neural_testbed.leaderboard import probing, studies
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.leaderboard.configs import config_hash
 
-__all__ = ["StudyRun", "run_probes", "run_tal"]
+__all__ = ["BanditSeed", "StudyRun", "run_bandit", "run_probes", "run_tal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +70,7 @@ class TALStudy:
                 for result in tal.iter_tal(build, problems, self.settings)]
 
 
-def _run(db: str, study: ProbeStudy | TALStudy, kind: str, settings_json: str,
+def _run(db: str, study: ProbeStudy | TALStudy | BanditStudy, kind: str, settings_json: str,
          build: base.AgentBuilder, problems: Sequence[base.Problem], recompute: bool,
          progress: bool,
          announce: Callable[[int], None] | None) -> StudyRun:
@@ -88,6 +91,54 @@ def _run(db: str, study: ProbeStudy | TALStudy, kind: str, settings_json: str,
         stored = studies.stored_by_problem(store, study.name, study.config, kind, settings_json)
     records = [stored[p.problem_id] for p in problems]
     return StudyRun(records, len(todo), len(problems) - len(todo), seconds)
+
+
+class BanditSeed(NamedTuple):
+    """A seed's bandit as a unit's "problem" (its id, and a shape that groups seeds into
+    units of one program each)."""
+
+    problem_id: str
+    seed: int
+    shape: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class BanditStudy:
+    """Thompson sampling by one agent config on the bandits of a unit's seeds, in one
+    program per number of seeds (:func:`bandit.seeds_program`)."""
+
+    name: str
+    config: Any
+    setting: bandit.BanditSetting
+
+    def records(self, build, problems, programs) -> list[dict[str, Any]]:
+        seeds = [p.seed for p in problems]
+        agent = build(base.Shapes(self.setting.input_dim, 2))
+        key = ("bandit", self.name, config_hash(self.name, self.config), self.setting,
+               len(seeds))
+        run, compile_s, run_s = programs.run(key, bandit.seeds_program(agent, self.setting),
+                                             (bandit.seed_keys(seeds),))
+        regret, actions = np.asarray(run.regret), np.asarray(run.actions)
+        return [studies.bandit_record(self.name, self.config, seed, regret[i], actions[i],
+                                      self.setting, (compile_s + run_s) / len(seeds))
+                for i, seed in enumerate(seeds)]
+
+
+def run_bandit(db: str, name: str, build: base.AgentBuilder, config: Any,
+               setting: bandit.BanditSetting, seeds: Sequence[int], *,
+               seeds_per_unit: int = 4, recompute: bool = False, progress: bool = True,
+               announce: Callable[[int], None] | None = None) -> StudyRun:
+    """Thompson sampling by the agent ``name`` (``build``: ``shapes -> agent`` of
+    ``config``) on the bandit of each seed, stored in the store at ``db`` a unit of
+    ``seeds_per_unit`` seeds at a time; the results are the records, in the seeds' order.
+    An agent the bandit cannot run is refused before the store is opened."""
+    bandit.check_agent(build(base.Shapes(setting.input_dim, 2)))
+    seeds = list(dict.fromkeys(int(s) for s in seeds))
+    problems = [BanditSeed(f"bandit/{s}", s, ("bandit", i // seeds_per_unit))
+                for i, s in enumerate(seeds)]
+    study = BanditStudy(name, config, setting)
+    return _run(db, study, "bandit", studies.bandit_settings_json(setting), build, problems,
+                recompute, progress, announce)
 
 
 def run_probes(db: str, name: str, build: base.AgentBuilder, config: Any,

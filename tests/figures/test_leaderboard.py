@@ -228,7 +228,7 @@ def test_agents_that_share_a_figure_stay_apart_for_colour_blind_readers(target, 
     just-noticeable difference; the old palette had mlp and laplace 1.4 apart for a
     deuteranope)."""
     names = [n for n in registry._BUILT_IN if target in agents.get_agent(n).targets]
-    colours = figures._colours(names)
+    colours = figures.agent_colours(names)
     seen = {n: _lab(colours[n], _VISION[vision]) for n in names}
     closest = min((float(np.linalg.norm(seen[a] - seen[b])), a, b)
                   for i, a in enumerate(names) for b in names[i + 1:])
@@ -237,12 +237,12 @@ def test_agents_that_share_a_figure_stay_apart_for_colour_blind_readers(target, 
 
 def test_an_agent_keeps_its_colour_whatever_else_a_figure_holds():
     built_in = registry._BUILT_IN  # not agents.AGENTS: another test may have added to it
-    everyone = figures._colours(built_in)
+    everyone = figures.agent_colours(built_in)
     assert len(set(everyone.values())) == len(built_in)
     # Adding or removing agents (built-in or a user's) leaves the others' colours alone.
-    few = figures._colours(["sgmcmc", "mlp"], baseline="mlp")
+    few = figures.agent_colours(["sgmcmc", "mlp"], baseline="mlp")
     assert few == {"sgmcmc": everyone["sgmcmc"], "mlp": "black"}
-    mine = figures._colours(["aaa_mine", "hypermodel", "zz_mine"])
+    mine = figures.agent_colours(["aaa_mine", "hypermodel", "zz_mine"])
     assert mine["hypermodel"] == everyone["hypermodel"]
     assert mine["aaa_mine"] != mine["zz_mine"]
     assert not {mine["aaa_mine"], mine["zz_mine"]} & set(everyone.values())
