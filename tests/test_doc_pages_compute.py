@@ -81,6 +81,8 @@ def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
         words = words if args.problems else [
             *words, "--problems", next(iter(leaderboard.get_sweep(args.sweep)))]
         return words if "--reduction-k" in words else [*words, "--reduction-k", "1"]
+    if args.command == "bandit":  # two seeds of a short run, trained twice
+        return _set(_set(_set(words, "--seeds", "2"), "--steps", "60"), "--retrain-every", "30")
     if args.command == "diagnose":  # one problem already
         return _set(words, "--taus", args.taus.split(",")[0] if args.taus else "1")
     if not hasattr(args, "problem_ids"):
