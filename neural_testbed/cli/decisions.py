@@ -1,12 +1,15 @@
-"""`bandit`: the decision tasks, which ask whether an agent's belief makes good decisions."""
+"""`bandit` and `active`: the decision tasks, which ask whether an agent's belief makes good
+decisions."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
 
 from neural_testbed import bandit as bandit_lib
+from neural_testbed.active import classification
 from neural_testbed.agents import registry
 from neural_testbed.cli import checks, figures, options
 from neural_testbed.leaderboard import scoring, studies, study_runs
@@ -103,5 +106,103 @@ def bandit(args) -> int:
     return 0
 
 
+def _add_active(commands, g: options.Groups) -> None:
+    parser = commands.add_parser(
+        "active", parents=[g.common, g.db, g.one_agent, g.fmt, g.study],
+        help="classification active learning: the agent's belief picks the labels it "
+             "learns from; d_KL after each batch, per priority",
+        description="Each seed draws the testbed's random-MLP environment (two classes, "
+                    "--temperature) and a pool of inputs from N(0, I); a label is drawn from "
+                    "the environment each time an input is chosen. The agent starts from one "
+                    "random label; after each training on its labels so far it is scored "
+                    "(d_KL at tau = 1 on fresh test inputs) and a priority of its belief "
+                    "samples at the pool (enn's: uniform, variance, nll, joint_nll, "
+                    "entropy, margin, bald, var_ratios) picks the next --batch-size inputs. "
+                    "Prints, per agent config and priority stored with these settings, the "
+                    "final d_KL and its mean over the trainings (mean ± se over seeds). "
+                    "Each unit of seeds is stored in --db when done; a rerun reuses them. "
+                    "d = 10, temperature 0.1 and 20 pool inputs per dimension are the "
+                    "reference's (neural_testbed/active_learning).")
+    setting = classification.ActiveSetting()
+    parser.add_argument("--priority", default=",".join(classification.PRIORITIES),
+                        metavar="P1,P2,...", help="priorities to run, each its own run "
+                        f"(default: all: {','.join(classification.PRIORITIES)})")
+    parser.add_argument("--seeds", type=int, default=8, metavar="N",
+                        help="problems 0 .. N-1, one environment each (default: 8)")
+    parser.add_argument("--steps", type=int, default=setting.num_steps,
+                        help=f"labels in all (default: {setting.num_steps})")
+    parser.add_argument("--batch-size", type=int, default=setting.batch_size, metavar="B",
+                        help=f"labels chosen per training (default: {setting.batch_size})")
+    parser.add_argument("--input-dim", type=int, default=setting.input_dim, metavar="D",
+                        help=f"input dimension (default: {setting.input_dim})")
+    parser.add_argument("--temperature", type=float, default=setting.temperature,
+                        help=f"the environment's temperature (default: {setting.temperature})")
+    parser.add_argument("--pool-size", type=int, metavar="N",
+                        help="inputs in the pool (default: 20 x the input dimension)")
+    parser.add_argument("--num-samples", type=int, default=setting.num_samples, metavar="M",
+                        help="belief samples for the priorities and the score (default: "
+                             f"{setting.num_samples})")
+    parser.add_argument("--seeds-per-unit", type=int, default=4, metavar="K",
+                        help="seeds computed in one program and stored together (default: 4)")
+    parser.add_argument("--out", metavar="FILE.png",
+                        help="also draw every printed run's d_KL against the labels here")
+    parser.set_defaults(handler=active)
+
+
+def _active_settings(args) -> list[classification.ActiveSetting]:
+    for flag, value in (("--seeds", args.seeds), ("--seeds-per-unit", args.seeds_per_unit)):
+        if value < 1:
+            raise ValueError(f"{flag} must be an integer >= 1, got {value}")
+    priorities = list(dict.fromkeys(p.strip() for p in args.priority.split(",")))
+    return [classification.ActiveSetting(
+        priority=p, input_dim=args.input_dim, temperature=args.temperature,
+        pool_size=args.pool_size, num_steps=args.steps, batch_size=args.batch_size,
+        num_samples=args.num_samples) for p in priorities]
+
+
+def active(args) -> int:
+    """`active`: one agent config's runs per priority into the store; every stored config
+    and priority of these settings, scored."""
+    spec = registry.get_agent(args.agent)
+    config = registry.parse_overrides(spec, args.overrides)
+    settings = _active_settings(args)
+    if "classification" not in spec.targets:
+        raise ValueError(f"agent {args.agent!r} is for regression only; active learning here "
+                         "labels two classes")
+    if args.out:  # checked before any work
+        drawing = figures.load("active")
+        checks.output_file(args.out, "--out")
+    runs = [study_runs.run_active(
+        args.db, args.agent, functools.partial(spec.make, config), config, setting,
+        range(args.seeds), seeds_per_unit=args.seeds_per_unit, recompute=args.recompute,
+        progress=not args.quiet,
+        announce=lambda reused, setting=setting: print(
+            f"active: agent {args.agent}: {config}; priority {setting.priority}; "
+            f"{args.seeds} seeds, d = {setting.input_dim}, pool {setting.pool}, "
+            f"{setting.num_steps} labels in batches of {setting.batch_size}"
+            + (f"; {reused} seeds reused from {args.db}" if reused else ""), file=sys.stderr))
+        for setting in settings]
+    every = [dataclasses.replace(settings[0], priority=p) for p in classification.PRIORITIES]
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        summary = studies.active_summary(r for s in every for r in store.studies(
+            study="active", settings_hash=studies.settings_hash(
+                "active", studies.active_settings_json(s))))
+    records = [{k: r[k] for k in ("agent", "config_hash", "priority", "seeds", "final_kl",
+                                  "final_kl_se", "mean_kl", "mean_kl_se")} for r in summary]
+    notes = options.notes_stream(args)
+    print(f"d_KL at tau = 1 after {settings[0].num_steps} labels and its mean over the "
+          "trainings (mean ± se over seeds), every agent config and priority stored with "
+          "these settings:", file=notes)
+    print(scoring.format_records(records, args.format, list(records[0])))
+    if args.out:
+        title = (f"active learning, d = {settings[0].input_dim}, pool {settings[0].pool}, "
+                 f"temperature {settings[0].temperature}")
+        print(f"wrote {drawing.figure_active(summary, args.out, title)}", file=notes)
+    computed, seconds = sum(r.computed for r in runs), sum(r.seconds for r in runs)
+    print(f"{computed} runs computed in {seconds:.1f} s, {sum(r.reused for r in runs)} reused "
+          f"from {args.db}", file=notes)
+    return 0
+
+
 # Each command's parser, added by the top-level parser (see cli.build_parser).
-PARSERS = {"bandit": _add_bandit}
+PARSERS = {"bandit": _add_bandit, "active": _add_active}

@@ -14,7 +14,8 @@ MODULES = {
     "diagnostics": "neural_testbed.figures.diagnostics",
     "probes": "neural_testbed.figures.probes",
     "tal": "neural_testbed.figures.active",
-    "bandit": "neural_testbed.figures.bandit",
+    "bandit": "neural_testbed.figures.decisions",
+    "active": "neural_testbed.figures.decisions",
 }
 
 

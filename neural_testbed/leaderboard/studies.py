@@ -1,16 +1,17 @@
-"""Per-problem results of the studies that are not rows: `tal`, `probe` and `bandit`.
+"""Per-problem results of the studies that are not rows: `tal`, `probe`, `bandit` and
+`active`.
 
-The commands train an agent per problem (for ``bandit``, per seed's bandit: its
-"problem" is ``bandit/SEED``) and compute numbers no row holds
+The commands train an agent per problem (for ``bandit`` and ``active``, per seed: its
+"problem" is ``bandit/SEED`` or ``active/SEED``) and compute numbers no row holds
 (:mod:`neural_testbed.active.tal`, :mod:`neural_testbed.leaderboard.probing`,
-:mod:`neural_testbed.bandit`).
+:mod:`neural_testbed.bandit`, :mod:`neural_testbed.active.classification`).
 Each problem's result is written to the store's ``studies`` table as soon as it
 is done, one record per (agent, config hash, problem, study, settings hash),
 so an interrupted run resumes where it stopped and the leaderboard, ``compare``
 and the DataFrames can use them. The settings are those that change the
 numbers (TAL: rounds, batch, samples, agent seed, methods; probes: the k lists,
-bins, samples, agent seed; bandit: the whole :class:`~neural_testbed.bandit.BanditSetting`),
-as canonical JSON beside their hash.
+bins, samples, agent seed; bandit and active: their whole setting, the priority among
+it), as canonical JSON beside their hash.
 
 A record's ``data`` is JSON that gives back the result exactly (float32 values
 as the float64 numbers they are, so a report from the store equals the report
@@ -24,7 +25,9 @@ of the run that computed it):
   (float32, zlib) that the variance-by-distance figure draws;
 - ``bandit``: the ``seed``, ``total_regret``, ``best_action_share`` and the
   ``cumulative_regret`` at up to 100 ``steps``, and in ``detail`` the regret of
-  every step (float32, zlib).
+  every step (float32, zlib);
+- ``active``: the ``seed``, ``priority``, ``num_labels`` and ``kl`` (d_KL at tau = 1)
+  after each training, and the pool input ``chosen`` for every label.
 
 Per-problem scalars for ``leaderboard --metrics`` and ``compare --metric``
 (:data:`METRICS`):
@@ -53,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from neural_testbed import bandit, outputs
-from neural_testbed.active import selection, tal
+from neural_testbed.active import classification, selection, tal
 from neural_testbed.leaderboard import probing, scoring
 from neural_testbed.leaderboard.configs import config_hash, config_json
 
@@ -79,7 +82,7 @@ __all__ = [
     "write_long_csv",
 ]
 
-STUDIES = ("tal", "probe", "bandit")
+STUDIES = ("tal", "probe", "bandit", "active")
 # Columns of the long form (one value per record): `export --table studies`, studies_frame.
 LONG_COLUMNS = ("agent", "config_hash", "problem_id", "study", "settings_hash", "name", "at",
                 "value")
@@ -203,6 +206,54 @@ def bandit_regret(record: Mapping[str, Any]) -> np.ndarray:
     return np.frombuffer(zlib.decompress(record["detail"]), "<f4").copy()
 
 
+def active_settings_json(setting: classification.ActiveSetting) -> str:
+    """The settings of an active-learning record: all of
+    :class:`~neural_testbed.active.classification.ActiveSetting`, the pool's size written
+    out."""
+    return _canonical(dataclasses.replace(setting, pool_size=setting.pool))
+
+
+def active_record(agent: str, config: Any, seed: int, num_labels: np.ndarray, kl: np.ndarray,
+                  chosen: np.ndarray, setting: classification.ActiveSetting,
+                  seconds: float | None = None) -> dict[str, Any]:
+    """The store record of one seed's active learning: in ``data`` the seed, the priority,
+    the labels and d_KL at tau = 1 after each training, and the pool input of every
+    label in order."""
+    data = {"seed": int(seed), "priority": setting.priority,
+            "num_labels": [int(n) for n in num_labels], "kl": [float(v) for v in kl],
+            "chosen": [int(c) for c in chosen]}
+    return _record(agent, config, f"active/{seed}", "active", active_settings_json(setting),
+                   data, None, seconds)
+
+
+def _stderr(values: np.ndarray) -> float:
+    """The standard error of the mean of ``values`` (NaN for one value)."""
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else math.nan
+
+
+def active_summary(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (agent config, priority), over its seeds' active-learning records (of one
+    setting but the priority): the final d_KL at tau = 1 and the mean over trainings (the
+    area under the curve, per training), each with its standard error, and the mean d_KL
+    with its standard error after each training; the lowest final d_KL first."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        data = json.loads(r["data"])
+        groups.setdefault((r["agent"], r["config_hash"], data["priority"]), []).append(data)
+    out = []
+    for (agent, hash_, priority), data in groups.items():
+        curves = np.array([d["kl"] for d in data])
+        n = len(data)
+        out.append({"agent": agent, "config_hash": hash_, "priority": priority, "seeds": n,
+                    "final_kl": float(curves[:, -1].mean()),
+                    "final_kl_se": _stderr(curves[:, -1]),
+                    "mean_kl": float(curves.mean()), "mean_kl_se": _stderr(curves.mean(1)),
+                    "num_labels": data[0]["num_labels"], "curve": curves.mean(0).tolist(),
+                    "curve_se": ((curves.std(0, ddof=1) / np.sqrt(n)).tolist() if n > 1
+                                 else [math.nan] * curves.shape[1])})
+    return sorted(out, key=lambda r: r["final_kl"])
+
+
 def bandit_summary(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per agent config, over its seeds' bandit records (of one setting): the mean total
     regret and its standard error, the mean share of steps that took the best action,
@@ -219,7 +270,7 @@ def bandit_summary(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
         n = len(data)
         out.append({"agent": agent, "config_hash": hash_, "seeds": n,
                     "regret": float(totals.mean()),
-                    "regret_se": float(totals.std(ddof=1) / np.sqrt(n)) if n > 1 else math.nan,
+                    "regret_se": _stderr(totals),
                     "best_action_share": float(np.mean([d["best_action_share"] for d in data])),
                     "steps": data[0]["steps"], "curve": curves.mean(0).tolist(),
                     "curve_se": (curves.std(0, ddof=1) / np.sqrt(n)).tolist() if n > 1
@@ -299,7 +350,8 @@ def long_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     TAL: ``name`` a method and ``at`` ``round=R`` (the test log-likelihood after R
     rounds; 0: before any query), then ``name="metacorrelation"``; probes: ``name``
     a probe and ``at`` its parameter, as ``probe --per-problem`` prints them; bandit:
-    ``name="cumulative_regret"`` and ``at`` ``step=S``. The selected indices, the
+    ``name="cumulative_regret"`` and ``at`` ``step=S``; active: ``name`` ``kl_1
+    PRIORITY`` and ``at`` ``labels=N``. The selected indices, the
     per-input arrays and the per-step regret stay in the store.
     """
     out = []
@@ -313,6 +365,9 @@ def long_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             meta = data["metacorrelation"]
             out.append({**where, "name": "metacorrelation", "at": "",
                         "value": math.nan if meta is None else meta})
+        elif r["study"] == "active":
+            out.extend({**where, "name": f"kl_1 {data['priority']}", "at": f"labels={n}",
+                        "value": v} for n, v in zip(data["num_labels"], data["kl"]))
         elif r["study"] == "bandit":
             out.extend({**where, "name": "cumulative_regret", "at": f"step={t}", "value": v}
                        for t, v in zip(data["steps"], data["cumulative_regret"]))

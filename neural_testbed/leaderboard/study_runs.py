@@ -1,4 +1,5 @@
-"""Running the studies that are not rows (`tal`, `probe`, `bandit`) into a results store.
+"""Running the studies that are not rows (`tal`, `probe`, `bandit`, `active`) into a
+results store.
 
 They go through the run path (:func:`neural_testbed.run.run_study`: a unit per problem
 shape, on the backend the options name, each unit's records written to the store as it
@@ -18,12 +19,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from neural_testbed import bandit, base, run
-from neural_testbed.active import tal
+from neural_testbed.active import classification, tal
 from neural_testbed.leaderboard import probing, studies
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard.configs import config_hash
 
-__all__ = ["BanditSeed", "StudyRun", "run_bandit", "run_probes", "run_tal"]
+__all__ = ["BanditSeed", "StudyRun", "run_active", "run_bandit", "run_probes", "run_tal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +71,7 @@ class TALStudy:
                 for result in tal.iter_tal(build, problems, self.settings)]
 
 
-def _run(db: str, study: ProbeStudy | TALStudy | BanditStudy, kind: str, settings_json: str,
+def _run(db: str, study: ProbeStudy | TALStudy | BanditStudy | ActiveStudy, kind: str, settings_json: str,
          build: base.AgentBuilder, problems: Sequence[base.Problem], recompute: bool,
          progress: bool,
          announce: Callable[[int], None] | None) -> StudyRun:
@@ -94,8 +95,8 @@ def _run(db: str, study: ProbeStudy | TALStudy | BanditStudy, kind: str, setting
 
 
 class BanditSeed(NamedTuple):
-    """A seed's bandit as a unit's "problem" (its id, and a shape that groups seeds into
-    units of one program each)."""
+    """A seed as a unit's "problem" of the bandit or active learning (its id, and a shape
+    that groups seeds into units of one program each)."""
 
     problem_id: str
     seed: int
@@ -133,12 +134,51 @@ def run_bandit(db: str, name: str, build: base.AgentBuilder, config: Any,
     ``seeds_per_unit`` seeds at a time; the results are the records, in the seeds' order.
     An agent the bandit cannot run is refused before the store is opened."""
     bandit.check_agent(build(base.Shapes(setting.input_dim, 2)))
+    return _run(db, BanditStudy(name, config, setting), "bandit",
+                studies.bandit_settings_json(setting), build,
+                _seeds("bandit", seeds, seeds_per_unit), recompute, progress, announce)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActiveStudy:
+    """Classification active learning by one agent config and priority on a unit's
+    seeds, in one program per number of seeds (:func:`classification.active_program`)."""
+
+    name: str
+    config: Any
+    setting: classification.ActiveSetting
+
+    def records(self, build, problems, programs) -> list[dict[str, Any]]:
+        seeds = [p.seed for p in problems]
+        agent = build(base.Shapes(self.setting.input_dim, 2))
+        key = ("active", self.name, config_hash(self.name, self.config), self.setting,
+               len(seeds))
+        run, compile_s, run_s = programs.run(
+            key, classification.active_program(agent, self.setting), (bandit.seed_keys(seeds),))
+        run = [np.asarray(a) for a in run]
+        return [studies.active_record(self.name, self.config, seed, run[1][i], run[2][i],
+                                      run[0][i], self.setting, (compile_s + run_s) / len(seeds))
+                for i, seed in enumerate(seeds)]
+
+
+def _seeds(kind: str, seeds: Sequence[int], per_unit: int) -> list[BanditSeed]:
+    """The seeds as a study's "problems", ``per_unit`` to a unit."""
     seeds = list(dict.fromkeys(int(s) for s in seeds))
-    problems = [BanditSeed(f"bandit/{s}", s, ("bandit", i // seeds_per_unit))
-                for i, s in enumerate(seeds)]
-    study = BanditStudy(name, config, setting)
-    return _run(db, study, "bandit", studies.bandit_settings_json(setting), build, problems,
-                recompute, progress, announce)
+    return [BanditSeed(f"{kind}/{s}", s, (kind, i // per_unit)) for i, s in enumerate(seeds)]
+
+
+def run_active(db: str, name: str, build: base.AgentBuilder, config: Any,
+               setting: classification.ActiveSetting, seeds: Sequence[int], *,
+               seeds_per_unit: int = 4, recompute: bool = False, progress: bool = True,
+               announce: Callable[[int], None] | None = None) -> StudyRun:
+    """Classification active learning by the agent ``name`` (``build``: ``shapes -> agent``
+    of ``config``) with ``setting``'s priority on each seed's problem, stored in the store
+    at ``db`` a unit of ``seeds_per_unit`` seeds at a time; the results are the records,
+    in the seeds' order. An agent it cannot run is refused before the store is opened."""
+    classification.active_program(build(base.Shapes(setting.input_dim, 2)), setting)
+    return _run(db, ActiveStudy(name, config, setting), "active",
+                studies.active_settings_json(setting), build,
+                _seeds("active", seeds, seeds_per_unit), recompute, progress, announce)
 
 
 def run_probes(db: str, name: str, build: base.AgentBuilder, config: Any,
