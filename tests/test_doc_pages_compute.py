@@ -83,6 +83,8 @@ def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
         return words if "--reduction-k" in words else [*words, "--reduction-k", "1"]
     if args.command == "bandit":  # two seeds of a short run, trained twice
         return _set(_set(_set(words, "--seeds", "2"), "--steps", "60"), "--retrain-every", "30")
+    if args.command == "active":  # two seeds, trained three times
+        return _set(_set(_set(words, "--seeds", "2"), "--steps", "41"), "--batch-size", "20")
     if args.command == "diagnose":  # one problem already
         return _set(words, "--taus", args.taus.split(",")[0] if args.taus else "1")
     if not hasattr(args, "problem_ids"):
