@@ -51,7 +51,7 @@ def _mean_probs(probs):
 
 
 def _entropy(p):
-    return -jnp.sum(p * jnp.log(p), axis=-1)
+    return -jnp.sum(jax.scipy.special.xlogy(p, p), axis=-1)  # 0 log 0 = 0, not NaN
 
 
 # Each priority: (probs [samples, inputs, K], labels [inputs], key) -> [inputs], higher first;
@@ -163,16 +163,18 @@ def run_active(key: jax.Array, agent: base.Agent, setting: ActiveSetting) -> Act
     rows = setting.num_steps
 
     def beliefs(state, x, key):
-        """Probabilities of ``num_samples`` belief samples at ``x``: [samples, n, 2]."""
+        """Log-probabilities of ``num_samples`` belief samples at ``x``: [samples, n, 2]."""
         indices = jax.vmap(agent.enn.sample_index)(jax.random.split(key, setting.num_samples))
-        return jax.nn.softmax(jax.vmap(lambda i: agent.enn.apply(state, x, i))(indices))
+        return jax.nn.log_softmax(jax.vmap(lambda i: agent.enn.apply(state, x, i))(indices))
 
     def trained_and_scored(data, round_index):
         round_key = jax.random.fold_in(step_key, round_index)
         state = agent.train(jax.random.fold_in(train_key, round_index), data, prior)
-        mean = jnp.mean(beliefs(state, x_test, jax.random.fold_in(round_key, 0)), axis=0)
-        kl = jnp.mean(jnp.sum(test_probs * (jnp.log(test_probs) - jnp.log(mean)), axis=-1))
-        return state, kl, round_key
+        # The mean predictive in log space: a confident sample's probabilities round to 0.
+        log_mean = (jax.nn.logsumexp(beliefs(state, x_test, jax.random.fold_in(round_key, 0)),
+                                     axis=0) - jnp.log(setting.num_samples))
+        terms = jnp.where(test_probs > 0, test_probs * (jnp.log(test_probs) - log_mean), 0.0)
+        return state, jnp.mean(jnp.sum(terms, axis=-1)), round_key
 
     def label(data, at, chosen, key):
         """``data`` with labels of the pool inputs ``chosen`` written from row ``at``
@@ -195,7 +197,7 @@ def run_active(key: jax.Array, agent: base.Agent, setting: ActiveSetting) -> Act
         state, kl, round_key = trained_and_scored(data, round_index)
         labels_key, priority_key, tie_key, label_key = jax.random.split(
             jax.random.fold_in(round_key, 1), 4)
-        probs = beliefs(state, pool, jax.random.fold_in(round_key, 2))
+        probs = jnp.exp(beliefs(state, pool, jax.random.fold_in(round_key, 2)))
         fresh = jax.random.categorical(labels_key, jnp.log(pool_probs)).astype(jnp.int32)
         scores = priority(probs, fresh, priority_key)
         # The batch: the highest scores, equal ones in random order.

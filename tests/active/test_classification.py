@@ -132,3 +132,20 @@ def test_bad_input_is_one_line_before_the_store_is_made(tmp_path, one_error_line
     assert _active(tmp_path, *words) == 2
     one_error_line(*fragments)
     assert not (tmp_path / "active.db").exists()
+
+
+def test_a_confident_agents_score_and_priorities_are_finite():
+    """An agent whose logits are the environment's times 1000 has probabilities that round
+    to 0 and 1 in float32: its d_KL (computed in log space) and every priority stay
+    finite or +inf where a label it rules out is drawn, never NaN."""
+    key = jax.random.key(4)
+    problem = al.sample_problem(key, SETTING)
+    confident = base.Agent(train=lambda key, data, prior: problem.env,
+                           enn=base.ENN(lambda state, x, index: 1000 * mlp_classification.
+                                        environment_logits(state, x), lambda key: 0),
+                           accepts_padding=True)
+    for priority in al.PRIORITIES:
+        setting = al.ActiveSetting(**{**vars(SETTING), "priority": priority})
+        run = jax.jit(lambda key, s=setting: al.run_active(key, confident, s))(key)
+        kl = np.asarray(run.kl)
+        assert np.isfinite(kl).all() and (kl > 0).all(), priority
