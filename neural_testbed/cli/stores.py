@@ -50,7 +50,7 @@ def merge(args) -> int:
     line = (f"merged {len(args.inputs)} stores into {args.output}: {summary.added} rows added, "
             f"{summary.duplicates} exact duplicates skipped")
     if summary.studies:
-        line += (f"; {summary.studies_added} tal/probe results added, "
+        line += (f"; {summary.studies_added} study results added (tal, probe, bandit, active), "
                  f"{summary.studies_duplicates} exact duplicates skipped")
     print(line)
     return 0

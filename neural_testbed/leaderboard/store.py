@@ -749,7 +749,8 @@ class ResultsStore:
 def rows_to_score(path: str, with_baselines: bool = False) -> list[StoredRow]:
     """Every row of the store at ``path``, for the commands that score stored rows.
 
-    A store holding only `tal`/`probe` records, or nothing, is refused with a
+    A store holding only study records (`tal`, `probe`, `bandit`, `active`), or nothing,
+    is refused with a
     :class:`StoreError` that says what to do; with ``with_baselines`` (the published
     rows are added by the caller) an empty or missing store is no rows.
     """
@@ -758,9 +759,10 @@ def rows_to_score(path: str, with_baselines: bool = False) -> list[StoredRow]:
     with ResultsStore(path, create=False) as store:
         rows = store.rows()
         studies_only = not rows and bool(store.studies())
-    if studies_only:  # tal/probe records are shown beside an agent's `run` rows, not alone
-        raise StoreError(f"{path!r} holds tal/probe records but no `run` rows yet: run the "
-                         f"agent on the sweep, or export them with `export --table studies`")
+    if studies_only:  # study records are shown beside an agent's `run` rows, not alone
+        raise StoreError(f"{path!r} holds study records (tal, probe, bandit, active) but no "
+                         "`run` rows yet: run the agent on a sweep, or export them with "
+                         "`export --table studies`")
     if not rows and not with_baselines:
         raise StoreError(f"{path!r} holds no results yet")
     return rows

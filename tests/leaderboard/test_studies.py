@@ -275,7 +275,8 @@ def test_merge_carries_study_records_and_refuses_conflicting_ones(tmp_path, caps
     with leaderboard.ResultsStore(b) as store:
         store.write_studies([record("regression/0", 1.0), record("regression/1", 2.0)])
     assert cli.main(["merge", a, b, "-o", out]) == 0
-    assert "2 tal/probe results added, 1 exact duplicates skipped" in capsys.readouterr().out
+    assert ("2 study results added (tal, probe, bandit, active), 1 exact duplicates skipped"
+            in capsys.readouterr().out)
     with leaderboard.ResultsStore(out, create=False) as store:
         merged = store.studies()
     assert [r["problem_id"] for r in merged] == ["regression/0", "regression/1"]
