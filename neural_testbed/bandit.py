@@ -176,13 +176,14 @@ def run_thompson(key: jax.Array, agent: base.Agent, setting: BanditSetting) -> B
                        for f, rest in zip(first, later)))
 
 
-def check_agent(agent: base.Agent | base.HostAgent) -> None:
-    """Raises a one-line error for an agent the bandit cannot run."""
+def check_agent(agent: base.Agent | base.HostAgent, task: str = "the bandit") -> None:
+    """Raises a one-line error for an agent that ``task`` (a decision task, which trains
+    it on padded data inside one program) cannot run."""
     if isinstance(agent, base.HostAgent):
-        raise ValueError("the bandit runs the agent inside one JAX program, which a host agent "
+        raise ValueError(f"{task} runs the agent inside one JAX program, which a host agent "
                          "(trained outside JAX) cannot join")
     if not agent.accepts_padding:
-        raise ValueError("the bandit trains the agent on its data padded to num_steps rows "
+        raise ValueError(f"{task} trains the agent on its data padded to num_steps rows "
                          "(Agent.accepts_padding), which this agent does not accept")
 
 

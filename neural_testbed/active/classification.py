@@ -36,7 +36,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from neural_testbed import base
+from neural_testbed import bandit, base
 from neural_testbed.generative import mlp_classification
 
 __all__ = ["PRIORITIES", "ActiveProblem", "ActiveRun", "ActiveSetting", "active_program",
@@ -216,10 +216,5 @@ def run_active(key: jax.Array, agent: base.Agent, setting: ActiveSetting) -> Act
 def active_program(agent: base.Agent, setting: ActiveSetting):
     """``keys -> ActiveRun`` of every seed's key, ``vmap``-ped: one program for a batch of
     seeds (``jit`` it); an agent it cannot run is refused in one line."""
-    if isinstance(agent, base.HostAgent):
-        raise ValueError("active learning runs the agent inside one JAX program, which a host "
-                         "agent (trained outside JAX) cannot join")
-    if not agent.accepts_padding:
-        raise ValueError("active learning trains the agent on its labels padded to num_steps "
-                         "rows (Agent.accepts_padding), which this agent does not accept")
+    bandit.check_agent(agent, "active learning")
     return jax.vmap(lambda key: run_active(key, agent, setting))

@@ -54,10 +54,14 @@ def _add_bandit(commands, g: options.Groups) -> None:
     parser.set_defaults(handler=bandit)
 
 
-def _setting(args) -> bandit_lib.BanditSetting:
+def _check_seeds(args) -> None:
     for flag, value in (("--seeds", args.seeds), ("--seeds-per-unit", args.seeds_per_unit)):
         if value < 1:
             raise ValueError(f"{flag} must be an integer >= 1, got {value}")
+
+
+def _setting(args) -> bandit_lib.BanditSetting:
+    _check_seeds(args)
     return bandit_lib.BanditSetting(input_dim=args.input_dim, temperature=args.temperature,
                                     num_actions=args.num_actions, num_steps=args.steps,
                                     retrain_every=args.retrain_every)
@@ -150,9 +154,7 @@ def _add_active(commands, g: options.Groups) -> None:
 
 
 def _active_settings(args) -> list[classification.ActiveSetting]:
-    for flag, value in (("--seeds", args.seeds), ("--seeds-per-unit", args.seeds_per_unit)):
-        if value < 1:
-            raise ValueError(f"{flag} must be an integer >= 1, got {value}")
+    _check_seeds(args)
     priorities = list(dict.fromkeys(p.strip() for p in args.priority.split(",")))
     return [classification.ActiveSetting(
         priority=p, input_dim=args.input_dim, temperature=args.temperature,
