@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import sys
 
 from neural_testbed import bandit as bandit_lib
@@ -60,6 +59,21 @@ def _check_seeds(args) -> None:
             raise ValueError(f"{flag} must be an integer >= 1, got {value}")
 
 
+def _agent_and_drawing(args, task: str):
+    """The agent's spec and config, and the module that draws the figure (None without
+    --out), every one checked before any work: a decision task's labels are two classes."""
+    spec = registry.get_agent(args.agent)
+    config = registry.parse_overrides(spec, args.overrides)
+    if "classification" not in spec.targets:
+        raise ValueError(f"agent {args.agent!r} is for regression only; {task} needs an agent "
+                         "of two classes")
+    drawing = None
+    if args.out:
+        drawing = figures.load(args.command)
+        checks.output_file(args.out, "--out")
+    return spec, config, drawing
+
+
 def _setting(args) -> bandit_lib.BanditSetting:
     _check_seeds(args)
     return bandit_lib.BanditSetting(input_dim=args.input_dim, temperature=args.temperature,
@@ -69,15 +83,8 @@ def _setting(args) -> bandit_lib.BanditSetting:
 
 def bandit(args) -> int:
     """`bandit`: one agent config's runs into the store; every stored config's regret."""
-    spec = registry.get_agent(args.agent)
-    config = registry.parse_overrides(spec, args.overrides)
     setting = _setting(args)
-    if "classification" not in spec.targets:
-        raise ValueError(f"agent {args.agent!r} is for regression only; the bandit's rewards "
-                         "are two classes")
-    if args.out:  # checked before any work
-        drawing = figures.load("bandit")
-        checks.output_file(args.out, "--out")
+    spec, config, drawing = _agent_and_drawing(args, "the bandit")
     run = study_runs.run_bandit(
         args.db, args.agent, functools.partial(spec.make, config), config, setting,
         range(args.seeds), seeds_per_unit=args.seeds_per_unit, recompute=args.recompute,
@@ -99,14 +106,13 @@ def bandit(args) -> int:
     print(f"cumulative regret after {setting.num_steps} steps (mean ± se over seeds), every "
           "agent config stored with these settings:", file=notes)
     print(scoring.format_records(records, args.format, list(records[0])))
-    if args.out:
+    if drawing:
         title = (f"Thompson sampling, d = {setting.input_dim}, {setting.actions} actions, "
                  f"temperature {setting.temperature}")
         print(f"wrote {drawing.figure_regret(summary, args.out, title)}", file=notes)
-    computed = f"{run.computed} seeds computed in {run.seconds:.1f} s"
-    per_seed = run.seconds / run.computed if run.computed else math.nan
-    print(f"{computed}" + (f" ({per_seed:.1f} s a seed)" if run.computed else "")
-          + f", {run.reused} reused from {args.db}", file=notes)
+    per_seed = f" ({run.seconds / run.computed:.1f} s a seed)" if run.computed else ""
+    print(f"{run.computed} seeds computed in {run.seconds:.1f} s{per_seed}, {run.reused} "
+          f"reused from {args.db}", file=notes)
     return 0
 
 
@@ -165,15 +171,8 @@ def _active_settings(args) -> list[classification.ActiveSetting]:
 def active(args) -> int:
     """`active`: one agent config's runs per priority into the store; every stored config
     and priority of these settings, scored."""
-    spec = registry.get_agent(args.agent)
-    config = registry.parse_overrides(spec, args.overrides)
     settings = _active_settings(args)
-    if "classification" not in spec.targets:
-        raise ValueError(f"agent {args.agent!r} is for regression only; active learning here "
-                         "labels two classes")
-    if args.out:  # checked before any work
-        drawing = figures.load("active")
-        checks.output_file(args.out, "--out")
+    spec, config, drawing = _agent_and_drawing(args, "active learning")
     runs = [study_runs.run_active(
         args.db, args.agent, functools.partial(spec.make, config), config, setting,
         range(args.seeds), seeds_per_unit=args.seeds_per_unit, recompute=args.recompute,
@@ -196,7 +195,7 @@ def active(args) -> int:
           "trainings (mean ± se over seeds), every agent config and priority stored with "
           "these settings:", file=notes)
     print(scoring.format_records(records, args.format, list(records[0])))
-    if args.out:
+    if drawing:
         title = (f"active learning, d = {settings[0].input_dim}, pool {settings[0].pool}, "
                  f"temperature {settings[0].temperature}")
         print(f"wrote {drawing.figure_active(summary, args.out, title)}", file=notes)

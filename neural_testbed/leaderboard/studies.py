@@ -185,13 +185,12 @@ def bandit_settings_json(setting: bandit.BanditSetting) -> str:
     return _canonical(dataclasses.replace(setting, num_actions=setting.actions))
 
 
-def bandit_record(agent: str, config: Any, seed: int, regret: np.ndarray,
-                  actions: np.ndarray, setting: bandit.BanditSetting,
-                  seconds: float | None = None) -> dict[str, Any]:
-    """The store record of one seed's bandit run: in ``data`` the seed, the total regret,
-    the share of steps that took the best action and the cumulative regret at up to 100
-    evenly spaced steps; in ``detail`` the regret of every step (float32, zlib)."""
-    regret = np.asarray(regret, "<f4")
+def bandit_record(agent: str, config: Any, seed: int, run: bandit.BanditRun,
+                  setting: bandit.BanditSetting, seconds: float | None = None) -> dict[str, Any]:
+    """The store record of one seed's bandit ``run``: in ``data`` the seed, the total
+    regret, the share of steps that took the best action and the cumulative regret at up
+    to 100 evenly spaced steps; in ``detail`` the regret of every step (float32, zlib)."""
+    regret = np.asarray(run.regret, "<f4")
     cumulative = np.cumsum(regret, dtype=np.float64)
     steps = np.unique(np.linspace(1, len(regret), min(_CHECKPOINTS, len(regret))).astype(int))
     data = {"seed": int(seed), "total_regret": float(cumulative[-1]),
@@ -213,15 +212,16 @@ def active_settings_json(setting: classification.ActiveSetting) -> str:
     return _canonical(dataclasses.replace(setting, pool_size=setting.pool))
 
 
-def active_record(agent: str, config: Any, seed: int, num_labels: np.ndarray, kl: np.ndarray,
-                  chosen: np.ndarray, setting: classification.ActiveSetting,
+def active_record(agent: str, config: Any, seed: int, run: classification.ActiveRun,
+                  setting: classification.ActiveSetting,
                   seconds: float | None = None) -> dict[str, Any]:
-    """The store record of one seed's active learning: in ``data`` the seed, the priority,
-    the labels and d_KL at tau = 1 after each training, and the pool input of every
-    label in order."""
+    """The store record of one seed's active-learning ``run``: in ``data`` the seed, the
+    priority, the labels and d_KL at tau = 1 after each training, and the pool input of
+    every label in order."""
     data = {"seed": int(seed), "priority": setting.priority,
-            "num_labels": [int(n) for n in num_labels], "kl": [float(v) for v in kl],
-            "chosen": [int(c) for c in chosen]}
+            "num_labels": np.asarray(run.num_labels).tolist(),
+            "kl": np.asarray(run.kl, np.float64).tolist(),
+            "chosen": np.asarray(run.chosen).tolist()}
     return _record(agent, config, f"active/{seed}", "active", active_settings_json(setting),
                    data, None, seconds)
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
 from neural_testbed import bandit, base, run
@@ -24,7 +25,7 @@ from neural_testbed.leaderboard import probing, studies
 from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.leaderboard.configs import config_hash
 
-__all__ = ["BanditSeed", "StudyRun", "run_active", "run_bandit", "run_probes", "run_tal"]
+__all__ = ["SeedProblem", "StudyRun", "run_active", "run_bandit", "run_probes", "run_tal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,7 @@ class TALStudy:
                 for result in tal.iter_tal(build, problems, self.settings)]
 
 
-def _run(db: str, study: ProbeStudy | TALStudy | BanditStudy | ActiveStudy, kind: str, settings_json: str,
+def _run(db: str, study: ProbeStudy | TALStudy | SeedStudy, kind: str, settings_json: str,
          build: base.AgentBuilder, problems: Sequence[base.Problem], recompute: bool,
          progress: bool,
          announce: Callable[[int], None] | None) -> StudyRun:
@@ -94,35 +95,59 @@ def _run(db: str, study: ProbeStudy | TALStudy | BanditStudy | ActiveStudy, kind
     return StudyRun(records, len(todo), len(problems) - len(todo), seconds)
 
 
-class BanditSeed(NamedTuple):
-    """A seed as a unit's "problem" of the bandit or active learning (its id, and a shape
-    that groups seeds into units of one program each)."""
+class SeedProblem(NamedTuple):
+    """A seed of a decision task (bandit, active learning) as a unit's "problem": its id,
+    and a shape that groups seeds into units of one program each."""
 
     problem_id: str
     seed: int
     shape: tuple
 
 
-@dataclasses.dataclass(frozen=True)
-class BanditStudy:
-    """Thompson sampling by one agent config on the bandits of a unit's seeds, in one
-    program per number of seeds (:func:`bandit.seeds_program`)."""
+# Each decision task's program over seeds, record of a seed and settings.
+_TASKS = {
+    "bandit": (bandit.seeds_program, studies.bandit_record, studies.bandit_settings_json),
+    "active": (classification.active_program, studies.active_record,
+               studies.active_settings_json),
+}
 
+
+@dataclasses.dataclass(frozen=True)
+class SeedStudy:
+    """A decision task (``kind``: a key of :data:`_TASKS`) run by one agent config on a
+    unit's seeds, in one program per number of seeds."""
+
+    kind: str
     name: str
     config: Any
-    setting: bandit.BanditSetting
+    setting: Any  # bandit.BanditSetting or classification.ActiveSetting
 
     def records(self, build, problems, programs) -> list[dict[str, Any]]:
+        program, record, _ = _TASKS[self.kind]
         seeds = [p.seed for p in problems]
         agent = build(base.Shapes(self.setting.input_dim, 2))
-        key = ("bandit", self.name, config_hash(self.name, self.config), self.setting,
+        key = (self.kind, self.name, config_hash(self.name, self.config), self.setting,
                len(seeds))
-        run, compile_s, run_s = programs.run(key, bandit.seeds_program(agent, self.setting),
+        run, compile_s, run_s = programs.run(key, program(agent, self.setting),
                                              (bandit.seed_keys(seeds),))
-        regret, actions = np.asarray(run.regret), np.asarray(run.actions)
-        return [studies.bandit_record(self.name, self.config, seed, regret[i], actions[i],
-                                      self.setting, (compile_s + run_s) / len(seeds))
+        run = jax.tree.map(np.asarray, run)
+        return [record(self.name, self.config, seed, jax.tree.map(lambda a, i=i: a[i], run),
+                       self.setting, (compile_s + run_s) / len(seeds))
                 for i, seed in enumerate(seeds)]
+
+
+def _run_seeds(kind: str, db: str, name: str, build: base.AgentBuilder, config: Any,
+               setting: Any, seeds: Sequence[int], seeds_per_unit: int, recompute: bool,
+               progress: bool, announce: Callable[[int], None] | None) -> StudyRun:
+    """A decision task on each seed, stored a unit of ``seeds_per_unit`` seeds at a time;
+    an agent it cannot run is refused before the store is opened."""
+    program, _, settings_json = _TASKS[kind]
+    program(build(base.Shapes(setting.input_dim, 2)), setting)  # checks the agent
+    seeds = list(dict.fromkeys(int(s) for s in seeds))
+    problems = [SeedProblem(f"{kind}/{s}", s, (kind, i // seeds_per_unit))
+                for i, s in enumerate(seeds)]
+    return _run(db, SeedStudy(kind, name, config, setting), kind, settings_json(setting),
+                build, problems, recompute, progress, announce)
 
 
 def run_bandit(db: str, name: str, build: base.AgentBuilder, config: Any,
@@ -133,38 +158,8 @@ def run_bandit(db: str, name: str, build: base.AgentBuilder, config: Any,
     ``config``) on the bandit of each seed, stored in the store at ``db`` a unit of
     ``seeds_per_unit`` seeds at a time; the results are the records, in the seeds' order.
     An agent the bandit cannot run is refused before the store is opened."""
-    bandit.check_agent(build(base.Shapes(setting.input_dim, 2)))
-    return _run(db, BanditStudy(name, config, setting), "bandit",
-                studies.bandit_settings_json(setting), build,
-                _seeds("bandit", seeds, seeds_per_unit), recompute, progress, announce)
-
-
-@dataclasses.dataclass(frozen=True)
-class ActiveStudy:
-    """Classification active learning by one agent config and priority on a unit's
-    seeds, in one program per number of seeds (:func:`classification.active_program`)."""
-
-    name: str
-    config: Any
-    setting: classification.ActiveSetting
-
-    def records(self, build, problems, programs) -> list[dict[str, Any]]:
-        seeds = [p.seed for p in problems]
-        agent = build(base.Shapes(self.setting.input_dim, 2))
-        key = ("active", self.name, config_hash(self.name, self.config), self.setting,
-               len(seeds))
-        run, compile_s, run_s = programs.run(
-            key, classification.active_program(agent, self.setting), (bandit.seed_keys(seeds),))
-        run = [np.asarray(a) for a in run]
-        return [studies.active_record(self.name, self.config, seed, run[1][i], run[2][i],
-                                      run[0][i], self.setting, (compile_s + run_s) / len(seeds))
-                for i, seed in enumerate(seeds)]
-
-
-def _seeds(kind: str, seeds: Sequence[int], per_unit: int) -> list[BanditSeed]:
-    """The seeds as a study's "problems", ``per_unit`` to a unit."""
-    seeds = list(dict.fromkeys(int(s) for s in seeds))
-    return [BanditSeed(f"{kind}/{s}", s, (kind, i // per_unit)) for i, s in enumerate(seeds)]
+    return _run_seeds("bandit", db, name, build, config, setting, seeds, seeds_per_unit,
+                      recompute, progress, announce)
 
 
 def run_active(db: str, name: str, build: base.AgentBuilder, config: Any,
@@ -175,10 +170,8 @@ def run_active(db: str, name: str, build: base.AgentBuilder, config: Any,
     of ``config``) with ``setting``'s priority on each seed's problem, stored in the store
     at ``db`` a unit of ``seeds_per_unit`` seeds at a time; the results are the records,
     in the seeds' order. An agent it cannot run is refused before the store is opened."""
-    classification.active_program(build(base.Shapes(setting.input_dim, 2)), setting)
-    return _run(db, ActiveStudy(name, config, setting), "active",
-                studies.active_settings_json(setting), build,
-                _seeds("active", seeds, seeds_per_unit), recompute, progress, announce)
+    return _run_seeds("active", db, name, build, config, setting, seeds, seeds_per_unit,
+                      recompute, progress, announce)
 
 
 def run_probes(db: str, name: str, build: base.AgentBuilder, config: Any,
