@@ -9,9 +9,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from neural_testbed.figures.canvas import new_figure, save_figure
+from neural_testbed.figures.canvas import line_with_band, new_figure, save_figure
 
 __all__ = ["figure_tal"]
 
@@ -27,11 +25,9 @@ def figure_tal(records: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     queried = [r["queried"] for r in records]
     methods = [k for k in records[0] if k not in ("round", "queried") and not k.endswith("_se")]
     for method in methods:
-        mean = np.array([r[method] for r in records], float)
-        stderr = np.nan_to_num(np.array([r[f"{method}_se"] for r in records], float))
-        (line,) = axes.plot(queried, mean, marker="o", markersize=3, label=method)
-        axes.fill_between(queried, mean - stderr, mean + stderr, alpha=0.2,
-                          color=line.get_color(), linewidth=0)
+        line_with_band(axes, queried, [r[method] for r in records],
+                       [r[f"{method}_se"] for r in records], marker="o", markersize=3,
+                       label=method)
     axes.set_xlabel("labels queried")
     axes.set_ylabel("test log-likelihood (exact posterior)")
     axes.set_title(title)

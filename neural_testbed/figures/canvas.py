@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import pathlib
 
+import numpy as np
+
 try:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -25,7 +27,8 @@ except ImportError as error:  # matplotlib is only needed for figures
 
 from neural_testbed import outputs
 
-__all__ = ["DPI", "PNG_DPI", "loss_label", "new_figure", "save_figure", "tau_label"]
+__all__ = ["DPI", "PNG_DPI", "line_with_band", "loss_label", "new_figure", "save_figure",
+           "tau_label"]
 
 DPI = 100  # the layout's dots per inch (fonts and lines are in points whatever it is)
 PNG_DPI = 200  # the PNG's pixels per inch: sharp on a screen and in slides
@@ -47,6 +50,17 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
     figure = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
+
+
+def line_with_band(axes, x, mean, stderr, **line) -> None:
+    """A mean over seeds or problems against ``x``, shaded +- one standard error in the
+    line's colour (an unknown standard error, NaN, as none); ``line``: ``axes.plot``'s
+    keywords (label, colour, marker...)."""
+    mean = np.asarray(mean, float)
+    stderr = np.nan_to_num(np.asarray(stderr, float))
+    (drawn,) = axes.plot(x, mean, **line)
+    axes.fill_between(x, mean - stderr, mean + stderr, alpha=0.2, color=drawn.get_color(),
+                      linewidth=0)
 
 
 def save_figure(figure: Figure, path: str | os.PathLike) -> pathlib.Path:

@@ -9,9 +9,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from neural_testbed.figures.canvas import new_figure, save_figure
+from neural_testbed.figures.canvas import line_with_band, new_figure, save_figure
 from neural_testbed.figures.leaderboard import agent_colours
 
 __all__ = ["figure_active", "figure_regret"]
@@ -30,13 +28,9 @@ def figure_regret(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     for record in summary:
         label = record["agent"] if names.count(record["agent"]) == 1 else (
             f"{record['agent']} {record['config_hash'][:6]}")  # configs of one agent apart
-        steps = np.asarray(record["steps"])
-        mean = np.asarray(record["curve"], float)
-        stderr = np.nan_to_num(np.asarray(record["curve_se"], float))
-        colour = colours[record["agent"]]
-        axes.plot(steps, mean, color=colour, label=f"{label} ({record['seeds']} seeds)")
-        axes.fill_between(steps, mean - stderr, mean + stderr, alpha=0.2, color=colour,
-                          linewidth=0)
+        line_with_band(axes, record["steps"], record["curve"], record["curve_se"],
+                       color=colours[record["agent"]],
+                       label=f"{label} ({record['seeds']} seeds)")
     axes.set_xlabel("step")
     axes.set_ylabel("cumulative regret")
     axes.set_title(title)
@@ -53,16 +47,11 @@ def figure_active(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     axes = figure.add_subplot()
     names = [(r["agent"], r["priority"]) for r in summary]
     for record in sorted(summary, key=lambda r: (r["agent"], r["priority"])):
-        labels = np.asarray(record["num_labels"])
-        mean = np.asarray(record["curve"], float)
-        stderr = np.nan_to_num(np.asarray(record["curve_se"], float))
         name = f"{record['agent']} {record['priority']}"
         if names.count((record["agent"], record["priority"])) > 1:
             name += f" {record['config_hash'][:6]}"  # configs of one agent apart
-        (line,) = axes.plot(labels, mean, marker="o", markersize=3,
-                            label=f"{name} ({record['seeds']} seeds)")
-        axes.fill_between(labels, mean - stderr, mean + stderr, alpha=0.2,
-                          color=line.get_color(), linewidth=0)
+        line_with_band(axes, record["num_labels"], record["curve"], record["curve_se"],
+                       marker="o", markersize=3, label=f"{name} ({record['seeds']} seeds)")
     axes.set_xlabel("labels")
     axes.set_ylabel(r"$d_{KL}^{1}$")
     axes.set_yscale("log")
