@@ -40,10 +40,12 @@ _PARSERS = {**compute.PARSERS, **scores.PARSERS, **reproduce.PARSERS, **studies.
             **decisions.PARSERS}
 # The order in which `neural-testbed --help` lists the commands.
 _ORDER = ("run", "sweep", "leaderboard", "compare", "plot", "report", "reproduce", "diagnose",
-          "correlate", "probe", "tal", "xll", "bandit", "active", "inputs", "score", "merge",
+          "correlate", "probe", "tal", "xll", "bandit", "active",
+          "correlate-decisions", "inputs", "score", "merge",
           "export", "agents", "problems")
 # The commands that compute results into --db.
-_STORE_WRITERS = ("run", "sweep", "diagnose", "tal", "probe", "bandit", "active", "score")
+_STORE_WRITERS = ("run", "sweep", "diagnose", "tal", "probe", "bandit", "active",
+                  "correlate-decisions", "score")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
 """`bandit` and `active`: the decision tasks, which ask whether an agent's belief makes good
-decisions."""
+decisions; `correlate-decisions`: whether d_KL predicts them across agents."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import functools
 import sys
 
 from neural_testbed import bandit as bandit_lib
+from neural_testbed import base
 from neural_testbed.active import classification
 from neural_testbed.agents import registry
 from neural_testbed.cli import checks, figures, options
-from neural_testbed.leaderboard import scoring, studies, study_runs
+from neural_testbed.leaderboard import counted, decision_correlation, scoring, studies, study_runs
+from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
 
 
@@ -205,5 +207,146 @@ def active(args) -> int:
     return 0
 
 
+_TRIVIAL = ("uniform", "average_class_probs")  # no belief to decide with: left out by default
+_SWEEPS = ("classification", "paper")  # d_KL^1 and ^10 (dyadic), d_KL^1 and ^100 (2021)
+
+
+def _add_correlate_decisions(commands, g: options.Groups) -> None:
+    parser = commands.add_parser(
+        "correlate-decisions", parents=[g.common, g.db, g.fmt, g.study],
+        help="do joint predictions drive decisions? across agents, d_KL^1 and d_KL^tau "
+             "against bandit regret and active-learning gain",
+        description="Runs the bandit and active learning (uniform and --priority) for every "
+                    "agent's default config, reusing what --db holds, then correlates across "
+                    "the agents their d_KL^1 and d_KL^tau (classification: tau = 10 with "
+                    "dyadic inputs; paper: tau = 100), from --db and the published rows, "
+                    "with each decision: Spearman's rho with 5th and 95th bootstrap "
+                    "percentiles (seeds and problems resampled, agents kept), and how much "
+                    "better d_KL^tau predicts than d_KL^1 (advantage). The defaults are the "
+                    "reference's settings of both tasks.")
+    bandit_setting, active_setting = bandit_lib.BanditSetting(), classification.ActiveSetting()
+    parser.add_argument("--agent", metavar="A1,A2,...",
+                        help="agents, each at its default config (default: every registered "
+                             "agent the decision tasks can run, but the trivial baselines)")
+    parser.add_argument("--seeds", type=int, default=8, metavar="N",
+                        help="seeds 0 .. N-1 of each task (default: 8)")
+    parser.add_argument("--steps", type=int, default=bandit_setting.num_steps,
+                        help=f"the bandit's steps (default: {bandit_setting.num_steps})")
+    parser.add_argument("--retrain-every", type=int, default=bandit_setting.retrain_every,
+                        metavar="STEPS", help="the bandit's steps between trainings "
+                        f"(default: {bandit_setting.retrain_every})")
+    parser.add_argument("--labels", type=int, default=active_setting.num_steps,
+                        help=f"active learning's labels (default: {active_setting.num_steps})")
+    parser.add_argument("--batch-size", type=int, default=active_setting.batch_size,
+                        metavar="B", help="active learning's labels per training (default: "
+                        f"{active_setting.batch_size})")
+    parser.add_argument("--priority", default="bald",
+                        choices=[p for p in classification.PRIORITIES if p != "uniform"],
+                        help="the priority whose gain over uniform labelling is correlated "
+                             "(default: bald)")
+    parser.add_argument("--num-bootstrap", type=int, default=1000, metavar="B",
+                        help="bootstrap draws (default: 1000)")
+    parser.add_argument("--seeds-per-unit", type=int, default=4, metavar="K",
+                        help="seeds computed in one program and stored together (default: 4)")
+    parser.add_argument("--out", metavar="FILE.png",
+                        help="also draw each decision against each d_KL, a point per agent")
+    parser.set_defaults(handler=correlate_decisions)
+
+
+def _decision_agents(args) -> tuple[list[str], list[str]]:
+    """The agents asked for, each checked to run both tasks, before any work; without
+    --agent, also the registered ones left out because they cannot."""
+    if args.agent:
+        names = list(dict.fromkeys(a.strip() for a in args.agent.split(",") if a.strip()))
+    else:
+        names = [n for n, s in registry.AGENTS.items()
+                 if "classification" in s.targets and n not in _TRIVIAL]
+    able, unable = [], []
+    for name in names:
+        spec = registry.get_agent(name)
+        if "classification" not in spec.targets:
+            raise ValueError(f"agent {name!r} is for regression only; the decision tasks need "
+                             "an agent of two classes")
+        agent = spec.make(spec.default, base.Shapes(bandit_lib.BanditSetting().input_dim, 2))
+        try:
+            bandit_lib.check_agent(agent, "the decision tasks")
+        except ValueError as error:
+            if args.agent:
+                raise ValueError(f"agent {name!r}: {error}") from None
+            unable.append(name)  # knn, random_forest: host agents
+            continue
+        able.append(name)
+    if len(able) < 3:
+        raise ValueError(f"a correlation across agents needs 3 agents, got {len(able)} "
+                         f"({', '.join(able) or 'none'})")
+    return able, unable
+
+
+def correlate_decisions(args) -> int:
+    """`correlate-decisions`: every agent's decision runs into the store, then the table."""
+    _check_seeds(args)
+    if args.num_bootstrap < 1:
+        raise ValueError(f"--num-bootstrap must be an integer >= 1, got {args.num_bootstrap}")
+    agents, unable = _decision_agents(args)
+    bandit_setting = bandit_lib.BanditSetting(num_steps=args.steps,
+                                              retrain_every=args.retrain_every)
+    active_settings = [classification.ActiveSetting(priority=p, num_steps=args.labels,
+                                                    batch_size=args.batch_size)
+                       for p in ("uniform", args.priority)]
+    drawing = None
+    if args.out:
+        drawing = figures.load(args.command)
+        checks.output_file(args.out, "--out")
+    tasks = [("bandit", bandit_setting, study_runs.run_bandit),
+             *(("active", s, study_runs.run_active) for s in active_settings)]
+    seeds, computed = range(args.seeds), 0
+    for name in agents:
+        spec = registry.get_agent(name)
+        for task, setting, run_task in tasks:
+            what = task if task == "bandit" else f"active ({setting.priority})"
+            run = run_task(
+                args.db, name, functools.partial(spec.make, spec.default), spec.default,
+                setting, seeds, seeds_per_unit=args.seeds_per_unit, recompute=args.recompute,
+                progress=not args.quiet,
+                announce=lambda reused, what=what, name=name: print(
+                    f"correlate-decisions: {name}: {what}, {args.seeds - reused} seeds to "
+                    f"compute, {reused} reused from {args.db}", file=sys.stderr))
+            computed += run.computed
+    hashes = counted.default_hashes(agents)
+    with store_lib.ResultsStore(args.db, create=False) as store:
+        regrets = decision_correlation.bandit_regrets(store.studies(
+            study="bandit", settings_hash=studies.settings_hash(
+                "bandit", studies.bandit_settings_json(bandit_setting))), hashes)
+        gains = decision_correlation.active_gains(
+            [r for s in active_settings for r in store.studies(
+                study="active", settings_hash=studies.settings_hash(
+                    "active", studies.active_settings_json(s)))], hashes, args.priority)
+        rows = store.rows()
+    sweeps, notes = {}, []
+    for sweep in _SWEEPS:
+        problems = problems_lib.get_sweep(sweep)
+        counted_rows, sweep_notes = counted.counted_rows(rows, problems, None)
+        notes += sweep_notes
+        sweeps[sweep] = (problems, decision_correlation.kl_values(counted_rows, problems,
+                                                                  hashes))
+    if unable:
+        notes.append(f"left out, as the decision tasks cannot run them: {', '.join(unable)}")
+    options.print_notes(args, notes)
+    records = decision_correlation.correlate_decisions(
+        {"bandit": regrets, "active": gains}, sweeps, args.num_bootstrap, seed=0)
+    out = options.notes_stream(args)
+    print(f"agents: {', '.join(agents)}; seeds 0..{args.seeds - 1}; bandit: d = "
+          f"{bandit_setting.input_dim}, {bandit_setting.num_steps} steps, trained every "
+          f"{bandit_setting.retrain_every}; active: d = {active_settings[0].input_dim}, "
+          f"{args.labels} labels in batches of {args.batch_size}\n"
+          + decision_correlation.describe(args.priority, args.num_bootstrap, seed=0), file=out)
+    print(scoring.format_records(records, args.format, decision_correlation.COLUMNS))
+    if drawing:
+        print(f"wrote {drawing.figure_decision_correlation(records, args.out)}", file=out)
+    print(f"{computed} seed runs computed, the rest reused from {args.db}", file=out)
+    return 0
+
+
 # Each command's parser, added by the top-level parser (see cli.build_parser).
-PARSERS = {"bandit": _add_bandit, "active": _add_active}
+PARSERS = {"bandit": _add_bandit, "active": _add_active,
+           "correlate-decisions": _add_correlate_decisions}

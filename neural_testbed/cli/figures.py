@@ -16,6 +16,7 @@ MODULES = {
     "tal": "neural_testbed.figures.active",
     "bandit": "neural_testbed.figures.decisions",
     "active": "neural_testbed.figures.decisions",
+    "correlate-decisions": "neural_testbed.figures.decisions",
 }
 
 

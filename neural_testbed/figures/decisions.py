@@ -1,18 +1,20 @@
 """The decision tasks' figures: the bandit's cumulative regret against the step, and active
-learning's d_KL against the labels, each the mean over seeds shaded +- one standard error,
-drawn on a canvas of :mod:`neural_testbed.figures.canvas` like every figure of the package."""
+learning's d_KL against the labels, each the mean over seeds shaded +- one standard error;
+and each decision against each d_KL across agents (`correlate-decisions`). Drawn on a
+canvas of :mod:`neural_testbed.figures.canvas` like every figure of the package."""
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neural_testbed.figures.canvas import line_with_band, new_figure, save_figure
+from neural_testbed.figures.canvas import line_with_band, loss_label, new_figure, save_figure
 from neural_testbed.figures.leaderboard import agent_colours
 
-__all__ = ["figure_active", "figure_regret"]
+__all__ = ["figure_active", "figure_decision_correlation", "figure_regret"]
 
 _SIZE = (7, 5)  # inches; 700 x 500 pixels
 
@@ -58,4 +60,40 @@ def figure_active(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     axes.set_title(title)
     axes.legend(fontsize="small")
     axes.grid(alpha=0.3)
+    return save_figure(figure, path)
+
+
+_DECISION_LABELS = {"bandit": "bandit: total regret",
+                    "active": "active learning: gain over uniform"}
+
+
+def figure_decision_correlation(records: Sequence[Mapping[str, Any]],
+                                path: str | os.PathLike) -> pathlib.Path:
+    """Writes the figure of
+    :func:`neural_testbed.leaderboard.decision_correlation.correlate_decisions`'s records
+    to ``path`` (PNG, and a PDF beside it): a panel per decision (row) and sweep and tau
+    (column), a point per agent, and Spearman's rho with its bootstrap interval in the
+    title. No error bars: the agents meet the same seeds and problems, so a standard
+    error over them would mostly show how seeds and problems differ, not how sure the
+    agents' order is; the interval is that."""
+    decisions = list(dict.fromkeys(r["decision"] for r in records))
+    columns = list(dict.fromkeys((r["sweep"], r["tau"]) for r in records))
+    figure = new_figure((3.2 * len(columns), 3.0 * len(decisions)))
+    grid = figure.subplots(len(decisions), len(columns), squeeze=False)
+    colours = agent_colours(a for r in records for a in r["agent_names"])
+    for record in records:
+        axes = grid[decisions.index(record["decision"]),
+                    columns.index((record["sweep"], record["tau"]))]
+        for agent, kl, value in zip(record["agent_names"], record["kl"], record["value"]):
+            axes.plot(kl, value, "o", color=colours[agent], markersize=5)
+            axes.annotate(agent, (kl, value), fontsize="x-small", xytext=(3, 3),
+                          textcoords="offset points")
+        rho = ("n/a" if math.isnan(record["spearman"]) else
+               f"{record['spearman']:.2f} [{record['p5']:.2f}, {record['p95']:.2f}]")
+        axes.set_title(f"{record['sweep']}: $\\rho$ = {rho}", fontsize="small")
+        axes.set_xlabel(loss_label(record["tau"]))
+        axes.margins(x=0.2, y=0.12)  # room for the names
+        axes.grid(alpha=0.3)
+    for row, decision in enumerate(decisions):
+        grid[row, 0].set_ylabel(_DECISION_LABELS[decision])
     return save_figure(figure, path)

@@ -42,7 +42,8 @@ from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import scoring
 from neural_testbed.leaderboard.store import StoredRow
 
-__all__ = ["COLUMNS", "REGIMES", "correlate", "describe", "regime_problems"]
+__all__ = ["COLUMNS", "REGIMES", "config_losses", "correlate", "describe", "pearson_rows",
+           "regime_problems", "resampled_means"]
 
 REGIMES: Mapping[str, str] = types.MappingProxyType({
     "low data": "T in {1, 10}",
@@ -101,7 +102,7 @@ def _check_side(problems: Mapping[str, Any], metric: str, side: str) -> None:
                          f"{', '.join(wrong)} problems")
 
 
-def _values(rows: Sequence[StoredRow], problems: Mapping[str, Any]) -> Values:
+def config_losses(rows: Sequence[StoredRow], problems: Mapping[str, Any]) -> Values:
     """Each config's d_KL or NLL (the sweep's metric) per problem and tau, over its complete
     (problem, candidate) results."""
     complete, _, _ = scoring.collect_scores(rows, problems)
@@ -131,7 +132,7 @@ def _side(values: Values, problems: Mapping[str, Any], regime: str, agent: str,
     return _Side(tuple(problems[pid].stratum for pid in pids), scores, seen, len(chosen))
 
 
-def _resampled_means(rng: np.random.Generator, scores: np.ndarray, strata: Sequence[Any],
+def resampled_means(rng: np.random.Generator, scores: np.ndarray, strata: Sequence[Any],
                      num: int) -> np.ndarray:
     """[num, configs]: mean scores over problems resampled with replacement per stratum."""
     index = {stratum: i for i, stratum in enumerate(sorted(set(strata)))}
@@ -144,7 +145,7 @@ def _resampled_means(rng: np.random.Generator, scores: np.ndarray, strata: Seque
     return counts @ scores.T / len(strata)
 
 
-def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Pearson correlation of each row of x with the same row of y; NaN where one is constant."""
     xc = x - x.mean(axis=1, keepdims=True)
     yc = y - y.mean(axis=1, keepdims=True)
@@ -157,10 +158,10 @@ def _bootstrap(used: Sequence[Config], synthetic: _Side, real: _Side, num: int,
                seed: int) -> np.ndarray:
     """[num] correlations, each of scores over problems resampled within strata."""
     rng = np.random.default_rng(seed)
-    x = _resampled_means(rng, np.stack([synthetic.scores[c] for c in used]), synthetic.strata,
+    x = resampled_means(rng, np.stack([synthetic.scores[c] for c in used]), synthetic.strata,
                          num)
-    y = _resampled_means(rng, np.stack([real.scores[c] for c in used]), real.strata, num)
-    return _pearson_rows(x, y)
+    y = resampled_means(rng, np.stack([real.scores[c] for c in used]), real.strata, num)
+    return pearson_rows(x, y)
 
 
 def _record(agent: str, regime: str, synthetic: _Side, real: _Side, num_bootstrap: int,
@@ -245,7 +246,8 @@ def correlate(
     default = registry.get_agent(baseline).default
     base: Config = (baseline, configs_lib.config_hash(baseline, default))
     rows = list(rows)
-    synthetic, real = _values(rows, synthetic_problems), _values(rows, real_problems)
+    synthetic = config_losses(rows, synthetic_problems)
+    real = config_losses(rows, real_problems)
     if base not in synthetic and base not in real:
         raise ValueError(f"no results for {baseline}'s default config on these sweeps; run "
                          f"`neural-testbed run --agent {baseline}` on both")
