@@ -182,7 +182,7 @@ def _read_only(path):
      (["--workers", "0"], ["--workers", "integer >= 1, got 0"]),
      (["--problems-per-batch", "0"], ["--problems-per-batch", "integer >= 1, got 0"]),
      (["--set", "l2_weight_decay=inf"], ["l2_weight_decay must be a finite number, got inf"]),
-     (["--set", "hidden=50,0"], ["hidden must be one or more widths >= 1"]),
+     (["--set", "hidden=50,0"], ["hidden must be zero or more widths >= 1"]),
      (["--taus", "1,x"], ["--taus '1,x': expected integers >= 1"]),
      (["--taus", "0,5"], ["--taus '0,5'"]),
      (["--problems", "classification_2d/17"],

@@ -38,9 +38,9 @@ from neural_testbed.leaderboard import baselines, problems, store
 
 # Cheapest first, so that a partial table covers as many agents as it can; each sweep
 # runs the agents whose targets include its problems'.
-AGENTS = ("uniform", "average_class_probs", "mlp", "knn", "random_forest", "ensemble", "laplace",
-          "deep_kernel", "ensemble+", "dropout", "epinet", "bbb", "hypermodel", "sgmcmc",
-          "oracle_gp", "gp", "cnp")
+AGENTS = ("uniform", "average_class_probs", "mlp", "logistic", "knn", "random_forest",
+          "ensemble", "laplace", "deep_kernel", "ensemble+", "dropout", "epinet", "bbb",
+          "hypermodel", "sgmcmc", "oracle_gp", "gp", "cnp")
 SWEEPS = ("paper", "real", "regression", "classification")
 
 

@@ -24,6 +24,7 @@ from neural_testbed.agents.hypermodel import (
 )
 from neural_testbed.agents.knn import KnnConfig, knn_sweep, make_knn_agent
 from neural_testbed.agents.laplace import LaplaceConfig, laplace_sweep, make_laplace_agent
+from neural_testbed.agents.logistic import LogisticConfig, logistic_sweep, make_logistic_agent
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
 from neural_testbed.agents.oracle_gp import OracleGPConfig, make_oracle_gp_agent, oracle_gp_sweep
 from neural_testbed.agents.random_forest import (
@@ -55,6 +56,7 @@ __all__ = [
     "HypermodelConfig",
     "KnnConfig",
     "LaplaceConfig",
+    "LogisticConfig",
     "MLPConfig",
     "OracleGPConfig",
     "RandomForestConfig",
@@ -72,6 +74,7 @@ __all__ = [
     "hypermodel_sweep",
     "knn_sweep",
     "laplace_sweep",
+    "logistic_sweep",
     "make_bbb_agent",
     "make_cnp_agent",
     "make_deep_kernel_agent",
@@ -83,6 +86,7 @@ __all__ = [
     "make_hypermodel_agent",
     "make_knn_agent",
     "make_laplace_agent",
+    "make_logistic_agent",
     "make_mlp_agent",
     "make_oracle_gp_agent",
     "make_random_forest_agent",

@@ -24,7 +24,7 @@ __all__ = ["MLPConfig", "make_mlp_agent", "mlp_sweep", "train_mlp"]
 class MLPConfig:
     """Hyperparameters of the mlp agent (paper defaults)."""
 
-    hidden: tuple[int, ...] = (50, 50)  # hidden layer widths, ReLU
+    hidden: tuple[int, ...] = (50, 50)  # hidden layer widths, ReLU; () is a linear model
     learning_rate: float = 1e-3  # Adam step size
     num_steps: int = 1000  # Adam steps
     batch_size: int = 100  # minibatch size, drawn with replacement from the T pairs
@@ -32,7 +32,7 @@ class MLPConfig:
     adaptive_weight_scale: bool = True  # multiply the decay by d * sqrt(temperature)
 
     def __post_init__(self):
-        training.check_training_fields(self)
+        training.check_training_fields(self, linear_allowed=True)
         # Then the rules every agent shares: field types, finite floats.
         validation.check_fields(self)
 
@@ -43,7 +43,7 @@ def train_mlp(key: jax.Array, data: base.Data,
     """The mlp agent's training: Adam on the data loss plus L2, on minibatches of the pairs.
 
     ``config`` is an :class:`MLPConfig` or any config with its fields (laplace trains
-    its mlp from its own).
+    its mlp from its own; logistic's ``hidden`` is always ``()``).
     """
     init_key, train_key = jax.random.split(key)
     params = networks.init_mlp(init_key, shapes.input_dim, (*config.hidden, shapes.num_outputs))
@@ -62,7 +62,7 @@ def train_mlp(key: jax.Array, data: base.Data,
 
 
 def make_mlp_agent(config: MLPConfig, shapes: base.Shapes) -> base.Agent:
-    """Builds the mlp agent.
+    """Builds the mlp agent (of an :class:`MLPConfig`, or any config with its fields).
 
     Example:
       >>> agent = make_mlp_agent(MLPConfig(l2_weight_decay=0.1), base.Shapes(2, 2))

@@ -31,6 +31,7 @@ from neural_testbed.agents import (
     hypermodel,
     knn,
     laplace,
+    logistic,
     mlp,
     oracle_gp,
     random_forest,
@@ -148,6 +149,15 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         make=mlp.make_mlp_agent,
         batchable=("learning_rate", "l2_weight_decay"),
         description="one MLP (50, 50) with L2 weight decay; the baseline",
+        targets=("classification", "regression"),
+    ),
+    "logistic": AgentSpec(
+        config_type=logistic.LogisticConfig,
+        default=logistic.LogisticConfig(),
+        sweep=logistic.logistic_sweep,
+        make=logistic.make_logistic_agent,
+        batchable=("learning_rate", "l2_weight_decay"),
+        description="a linear model (an mlp without hidden layers) with L2 weight decay",
         targets=("classification", "regression"),
     ),
     "ensemble": AgentSpec(

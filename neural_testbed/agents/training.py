@@ -158,9 +158,12 @@ def train_minibatch(
     return params, losses
 
 
-def check_training_fields(config) -> None:
+def check_training_fields(config, linear_allowed: bool = False) -> None:
     """Checks the fields minibatch agents share (num_steps, batch_size, learning_rate,
-    l2_weight_decay, hidden), raising an error that names the field and the rule."""
+    l2_weight_decay, hidden), raising an error that names the field and the rule.
+    ``linear_allowed``: ``hidden=()`` (no hidden layer, a linear model) is allowed; the
+    agents that read hidden features (laplace, deep_kernel, the ensembles' priors...)
+    need one."""
     for name in ("num_steps", "batch_size"):
         value = getattr(config, name)
         if value < 1:
@@ -169,5 +172,6 @@ def check_training_fields(config) -> None:
         raise ValueError(f"learning_rate must be > 0, got {config.learning_rate!r}")
     if not config.l2_weight_decay >= 0:
         raise ValueError(f"l2_weight_decay must be >= 0, got {config.l2_weight_decay!r}")
-    if not config.hidden or any(w < 1 for w in config.hidden):
-        raise ValueError(f"hidden must be one or more widths >= 1, got {config.hidden!r}")
+    if (not config.hidden and not linear_allowed) or any(w < 1 for w in config.hidden):
+        least = "zero" if linear_allowed else "one"
+        raise ValueError(f"hidden must be {least} or more widths >= 1, got {config.hidden!r}")

@@ -47,6 +47,7 @@ from neural_testbed.agents import (
     hypermodel,
     knn,
     laplace,
+    logistic,
     mlp,
     oracle_gp,
     random_forest,
@@ -65,6 +66,7 @@ PROBLEMS = {
 # targets, so each training program compiles once per target.
 SMALL = {
     "mlp": mlp.MLPConfig(num_steps=20, hidden=(16,)),
+    "logistic": logistic.LogisticConfig(num_steps=20),
     "ensemble": ensemble.EnsembleConfig(num_ensemble=3, num_steps=20, hidden=(16,)),
     "ensemble+": ensemble_plus.EnsemblePlusConfig(num_ensemble=3, num_steps=20, hidden=(16,)),
     # A bootstrap: its weights are drawn per pair, which padding must not shift.

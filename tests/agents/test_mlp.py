@@ -48,7 +48,7 @@ def test_sweep_is_the_papers_grid():
     [("num_steps", 0, "num_steps must be >= 1, got 0"),
      ("learning_rate", -1.0, "learning_rate must be > 0"),
      ("l2_weight_decay", -0.1, "l2_weight_decay must be >= 0"),
-     ("hidden", (), "hidden must be one or more widths")],
+     ("hidden", (50, 0), "hidden must be zero or more widths >= 1")],
 )
 def test_bad_configs_are_rejected(field, value, message):
     with pytest.raises(ValueError, match=message):
