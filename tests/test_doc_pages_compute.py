@@ -85,6 +85,12 @@ def _on_one_problem(command: str, where: pathlib.Path) -> list[str]:
         return _set(_set(_set(words, "--seeds", "2"), "--steps", "60"), "--retrain-every", "30")
     if args.command == "active":  # two seeds, trained three times
         return _set(_set(_set(words, "--seeds", "2"), "--steps", "41"), "--batch-size", "20")
+    if args.command == "correlate-decisions":  # both tasks, two seeds, short; the agents
+        # are the two trivial ones (fast to compile) and mlp: each agent is three programs
+        words = _set(_set(_set(words, "--seeds", "2"), "--steps", "12"), "--retrain-every", "6")
+        words = _set(_set(_set(words, "--labels", "11"), "--batch-size", "5"),
+                     "--num-bootstrap", "20")
+        return _set(words, "--agent", "uniform,average_class_probs,mlp")
     if args.command == "diagnose":  # one problem already
         return _set(words, "--taus", args.taus.split(",")[0] if args.taus else "1")
     if not hasattr(args, "problem_ids"):
