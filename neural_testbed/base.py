@@ -51,7 +51,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Literal, NamedTuple, Protocol
 
 import flax.struct
@@ -195,11 +195,16 @@ class Agent(NamedTuple):
         given rows beyond the pairs, with any values, it predicts as it does on the
         pairs alone. Only then is it given padded data (the runner's one program
         for every T of a sweep); otherwise its data never has a mask.
+      report: ``state -> {name: scalar}``, what the agent says of its own training
+        (a sampler's convergence diagnostics), a function of the trained state alone;
+        each row stores it in its diagnostics as ``agent_<name>``, and a ``converged``
+        of 0 flags the row's problem in the leaderboard. None: nothing to report.
     """
 
     train: Callable[[jax.Array, Data, PriorKnowledge], State]
     enn: ENN
     accepts_padding: bool = False
+    report: Callable[[State], Mapping[str, jax.Array]] | None = None
 
 
 class HostAgent(NamedTuple):

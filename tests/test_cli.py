@@ -2,6 +2,7 @@
 
 import contextlib
 import csv
+import io
 import dataclasses
 import os
 import pathlib
@@ -706,3 +707,21 @@ def test_problems_names_a_handful_of_problems_from_any_sweep_or_from_the_one_giv
         chosen("--problems", "classification_2d/17", "classification/65")
     assert len(chosen("--problems", "classification_2d/17", "classification/65",
                       "--taus", "1,10")) == 2
+
+
+def test_leaderboard_floor_columns_are_paired_excess_over_the_floor_agent(tmp_path, capsys,
+                                                                          one_error_line):
+    """`--floor mlp` on the published paper rows: mlp's own excess is 0, every agent's is
+    its mean minus mlp's over the same problems (all 210 here, so the difference of the
+    two means); an agent with no rows is one line."""
+    db = str(tmp_path / "none.db")
+    assert cli.main(["leaderboard", "--sweep", "paper", "--with-baselines", "--floor", "mlp",
+                     "--db", db, "--format", "csv"]) == 0
+    table = {r["agent"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert float(table["mlp"]["kl_1_above_floor"]) == 0
+    for r in table.values():
+        assert float(r["kl_100_above_floor"]) == pytest.approx(
+            float(r["kl_100"]) - float(table["mlp"]["kl_100"]), rel=1e-6, abs=1e-9)
+    assert cli.main(["leaderboard", "--sweep", "paper", "--with-baselines", "--floor", "nobody",
+                     "--db", db]) == 2
+    one_error_line("--floor", "nobody")

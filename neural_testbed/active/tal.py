@@ -21,6 +21,14 @@ label is drawn once per problem, so every method and every agent meets the same
 labels, and the round-0 training uses the same key as the leaderboard's run of
 the agent (round ``r`` folds ``r`` into it).
 
+On real data (``real-regression``, or a user's file with ``--target-column``) the
+targets are the split's first Q test rows and the candidates its pool rows, with
+their observed targets as labels; the prediction model is the Gaussian process
+fitted to the split's training and pool rows (squared-exponential ARD kernel and
+noise, :mod:`neural_testbed.generative.real_regression`), standing in for the
+paper's 'Oracle' GP fitted to the same rows (with a neural kernel network kernel).
+There is no exact posterior, so no metacorrelation (NaN).
+
 The selection covariance is exact for :mod:`~neural_testbed.agents.oracle_gp`
 (its posterior), the belief's own for an agent of at most M members (each member
 once, equal weights), and otherwise the covariance (1/M) of M belief samples
@@ -44,7 +52,7 @@ import functools
 import math
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import jax
@@ -52,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from neural_testbed import base, gaussian_process
+from neural_testbed import base, gaussian_process, kernels
 from neural_testbed.active import selection
 from neural_testbed.agents import oracle_gp
 from neural_testbed.diagnostics import correlations
@@ -61,6 +69,7 @@ __all__ = [
     "TALResult",
     "TALSettings",
     "check_problems",
+    "fitted_prediction_log_likelihood",
     "iter_tal",
     "mean_metacorrelation",
     "paired_difference",
@@ -122,13 +131,20 @@ def check_problems(problems: Sequence[base.Problem], settings: TALSettings) -> N
         if problem.target != "regression":
             raise ValueError(f"tal needs regression problems; {problem.problem_id} is a "
                              f"{problem.target} problem")
-        candidates = problem.num_pool - problem.num_probes
+        candidates = _num_candidates(problem)
         needed = settings.num_rounds * settings.batch_size
         if candidates < needed:
             raise ValueError(
                 f"{problem.problem_id} has {candidates} pool inputs after its "
                 f"{problem.num_probes} test inputs; {settings.num_rounds} rounds x "
                 f"{settings.batch_size} queries need {needed}")
+
+
+def _num_candidates(problem: base.Problem) -> int:
+    """The pool inputs a problem's rounds may query: its own count (real data), else the
+    pool inputs after the probes."""
+    candidates = getattr(problem, "num_candidates", None)
+    return candidates if candidates is not None else problem.num_pool - problem.num_probes
 
 
 def pick_problems(problems: Mapping[str, base.Problem], which: str | None) -> list[base.Problem]:
@@ -157,6 +173,22 @@ def prediction_log_likelihood(kernel: str, data: base.Data, noise_variance, x: j
                               y: jax.Array) -> jax.Array:
     """The prediction model's score: the mean over inputs ``x [n, d]`` of the exact
     posterior's marginal log-density of the noisy labels ``y [n]``."""
+    return _marginal_log_likelihood(kernel, data, noise_variance, x, y)
+
+
+@jax.jit
+def fitted_prediction_log_likelihood(signal_variance, lengthscales: jax.Array, data: base.Data,
+                                     noise_variance, x: jax.Array, y: jax.Array) -> jax.Array:
+    """The prediction model's score on real data: as :func:`prediction_log_likelihood`,
+    with the squared-exponential ARD kernel of a fitted process (its ``lengthscales [d]``
+    divide the inputs of an isotropic kernel of lengthscale 1)."""
+    kernel = functools.partial(kernels.rbf_kernel, signal_variance=signal_variance)
+    return _marginal_log_likelihood(kernel, base.Data(data.x / lengthscales, data.y),
+                                    noise_variance, x / lengthscales, y)
+
+
+def _marginal_log_likelihood(kernel, data: base.Data, noise_variance, x: jax.Array,
+                             y: jax.Array) -> jax.Array:
     posterior = gaussian_process.condition(kernel, data, noise_variance)
     mean, cov = gaussian_process.posterior_at(kernel, posterior, x)
     variance = jnp.diag(cov) + noise_variance
@@ -186,6 +218,7 @@ def _covariance_program(enn: base.ENN, num_samples: int):
 class _Problem(NamedTuple):
     """What one problem's rounds need, drawn once."""
 
+    score: Callable[[base.Data], float]  # the prediction model's test log-likelihood
     data: base.Data
     prior: base.RegressionPriorKnowledge
     candidates_x: jax.Array  # [P, d]
@@ -193,7 +226,7 @@ class _Problem(NamedTuple):
     inputs: jax.Array  # [P + U, d] candidates then targets: the covariance's inputs
     target_x: jax.Array  # [U, d]
     target_y: jax.Array  # [U] noisy test labels
-    reference_correlation: jax.Array  # [U, U] the oracle's before any query
+    reference_correlation: jax.Array | None  # [U, U] the oracle's before any query; None: real
     agent_key: jax.Array
     random_key: jax.Array
     belief_key: jax.Array
@@ -204,12 +237,25 @@ def _draw(problem: base.Problem, agent_seed: int) -> _Problem:
     keys = base.problem_keys(problem.key_seed)
     noise_key, random_key, belief_key = jax.random.split(
         jax.random.fold_in(keys.test, _TAL_STREAM), 3)
-    labels = env.pool_f + jnp.sqrt(prior.noise_variance) * jax.random.normal(
-        noise_key, env.pool_f.shape)
     q = problem.num_probes
-    return _Problem(data, prior, env.pool_x[q:], labels[q:],
-                    jnp.concatenate([env.pool_x[q:], env.pool_x[:q]]), env.pool_x[:q],
-                    labels[:q], env.probe_correlation,
+    if hasattr(env, "pool_f"):  # a known function: labels are f plus fresh noise
+        labels = env.pool_f + jnp.sqrt(prior.noise_variance) * jax.random.normal(
+            noise_key, env.pool_f.shape)
+        candidates_x, candidate_y = env.pool_x[q:], labels[q:]
+        target_x, target_y, reference = env.pool_x[:q], labels[:q], env.probe_correlation
+
+        def score(data, x, y):
+            return prediction_log_likelihood(prior.kernel, data, prior.noise_variance, x, y)
+    else:  # real data: the observed targets, and the process fitted to the split
+        candidates_x, candidate_y = env.pool_x, env.pool_y
+        target_x, target_y, reference = env.test_x[:q], env.test_y[:q], None
+
+        def score(data, x, y):
+            return fitted_prediction_log_likelihood(env.signal_variance, env.lengthscales, data,
+                                                    prior.noise_variance, x, y)
+    return _Problem(lambda data: float(score(data, target_x, target_y)), data, prior,
+                    candidates_x, candidate_y, jnp.concatenate([candidates_x, target_x]),
+                    target_x, target_y, reference,
                     jax.random.fold_in(keys.agent, agent_seed), random_key, belief_key)
 
 
@@ -224,12 +270,9 @@ def _run_problem(problem, drawn: _Problem, train, covariance, settings: TALSetti
     start = time.perf_counter()
     num_candidates = drawn.candidates_x.shape[0]
     noise_variance = drawn.prior.noise_variance
-    kernel = drawn.prior.kernel
 
     def score(queried):
-        data = _with_queries(drawn, queried)
-        return float(prediction_log_likelihood(kernel, data, noise_variance, drawn.target_x,
-                                               drawn.target_y))
+        return drawn.score(_with_queries(drawn, queried))
 
     def selection_covariance(round_index, queried):
         data = _with_queries(drawn, queried)
@@ -264,7 +307,7 @@ def _run_problem(problem, drawn: _Problem, train, covariance, settings: TALSetti
             advance()
         log_likelihood[method], selected[method] = np.array(scores), np.stack(batches)
     metacorrelation = math.nan
-    if first_covariance is not None:
+    if first_covariance is not None and drawn.reference_correlation is not None:
         targets = first_covariance[num_candidates:, num_candidates:]
         metacorrelation = float(correlations.metacorrelation_of_correlation(
             gaussian_process.correlation(targets), drawn.reference_correlation))

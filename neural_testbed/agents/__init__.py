@@ -22,10 +22,19 @@ from neural_testbed.agents.hypermodel import (
     hypermodel_sweep,
     make_hypermodel_agent,
 )
+from neural_testbed.agents.hmc import HMCConfig, hmc_sweep, make_hmc_agent
 from neural_testbed.agents.knn import KnnConfig, knn_sweep, make_knn_agent
 from neural_testbed.agents.laplace import LaplaceConfig, laplace_sweep, make_laplace_agent
 from neural_testbed.agents.logistic import LogisticConfig, logistic_sweep, make_logistic_agent
 from neural_testbed.agents.mlp import MLPConfig, make_mlp_agent, mlp_sweep
+from neural_testbed.agents.neural_process import (
+    ANPConfig,
+    NPConfig,
+    anp_sweep,
+    make_anp_agent,
+    make_np_agent,
+    np_sweep,
+)
 from neural_testbed.agents.oracle_gp import OracleGPConfig, make_oracle_gp_agent, oracle_gp_sweep
 from neural_testbed.agents.random_forest import (
     RandomForestConfig,
@@ -44,6 +53,7 @@ from neural_testbed.agents.sgmcmc import SGMCMCConfig, make_sgmcmc_agent, sgmcmc
 
 __all__ = [
     "AGENTS",
+    "ANPConfig",
     "AgentSpec",
     "BBBConfig",
     "CNPConfig",
@@ -54,13 +64,16 @@ __all__ = [
     "EpinetConfig",
     "GPConfig",
     "HypermodelConfig",
+    "HMCConfig",
     "KnnConfig",
     "LaplaceConfig",
     "LogisticConfig",
     "MLPConfig",
+    "NPConfig",
     "OracleGPConfig",
     "RandomForestConfig",
     "SGMCMCConfig",
+    "anp_sweep",
     "bbb_sweep",
     "cnp_sweep",
     "deep_kernel_sweep",
@@ -71,10 +84,12 @@ __all__ = [
     "epinet_sweep",
     "get_agent",
     "gp_sweep",
+    "hmc_sweep",
     "hypermodel_sweep",
     "knn_sweep",
     "laplace_sweep",
     "logistic_sweep",
+    "make_anp_agent",
     "make_bbb_agent",
     "make_cnp_agent",
     "make_deep_kernel_agent",
@@ -84,14 +99,17 @@ __all__ = [
     "make_epinet_agent",
     "make_gp_agent",
     "make_hypermodel_agent",
+    "make_hmc_agent",
     "make_knn_agent",
     "make_laplace_agent",
     "make_logistic_agent",
     "make_mlp_agent",
+    "make_np_agent",
     "make_oracle_gp_agent",
     "make_random_forest_agent",
     "make_sgmcmc_agent",
     "mlp_sweep",
+    "np_sweep",
     "oracle_gp_sweep",
     "parse_overrides",
     "random_forest_sweep",

@@ -16,7 +16,10 @@ context sizes reach 2 T so that T is mid-range and the same CNP can be
 conditioned on up to T more points. The cap bounds the cost (a factorisation
 and two MLP passes over C + num_targets inputs per function) where T is large;
 above it (T > 200 by default) the CNP is conditioned on more pairs than it was
-trained on, which is untested.
+trained on, which is untested. The tasks, the context sizes, the likelihood and the
+loop are :mod:`~neural_testbed.agents.meta_learning`'s, shared with the np and anp
+agents (:mod:`~neural_testbed.agents.neural_process`), so that the three meta-train
+alike.
 
 Meta-training depends on the key, the prior and T only, never on the training
 pairs themselves: those are the context the trained state holds. Training again
@@ -44,17 +47,13 @@ import itertools
 import flax.struct
 import jax
 import jax.numpy as jnp
-import optax
 
-from neural_testbed import base, gaussian_process, networks
-from neural_testbed.agents import validation
+from neural_testbed import base, networks
+from neural_testbed.agents import meta_learning, validation
+from neural_testbed.agents.meta_learning import max_context
 
 __all__ = ["CNPConfig", "CNPParams", "CNPState", "cnp_sweep", "init_cnp", "make_cnp_agent",
            "max_context", "predict"]
-
-# A floor under the decoder's variance of f (this plus a softplus), so that draws and
-# log-densities stay finite.
-_MIN_VARIANCE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,19 +73,8 @@ class CNPConfig:
     num_targets: int = 20  # inputs per function beyond the largest context
 
     def __post_init__(self):
-        for name in ("num_steps", "batch_size", "largest_context_at_least", "num_targets"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if self.largest_context_at_most < self.largest_context_at_least:
-            raise ValueError(f"largest_context_at_most must be >= largest_context_at_least "
-                             f"({self.largest_context_at_least}), got "
-                             f"{self.largest_context_at_most!r}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        for name in ("encoder", "decoder"):
-            widths = getattr(self, name)
-            if not widths or any(w < 1 for w in widths):
-                raise ValueError(f"{name} must be one or more widths >= 1, got {widths!r}")
+        meta_learning.check_meta_training(self)
+        meta_learning.check_widths(self, "encoder", "decoder")
         validation.check_fields(self)
 
 
@@ -105,12 +93,6 @@ class CNPState:
     context: base.Data  # x [T, d], y [T]: the training pairs
 
 
-def max_context(config: CNPConfig, num_train: int) -> int:
-    """The largest context meta-training shows the CNP: ``2 T`` within the config's bounds."""
-    return min(max(2 * num_train, config.largest_context_at_least),
-               config.largest_context_at_most)
-
-
 def init_cnp(key: jax.Array, input_dim: int, config: CNPConfig) -> CNPParams:
     """The untrained networks (fan-in scaled, as :func:`networks.init_mlp` draws them)."""
     encoder_key, decoder_key = jax.random.split(key)
@@ -123,37 +105,16 @@ def init_cnp(key: jax.Array, input_dim: int, config: CNPConfig) -> CNPParams:
 def _predict(params: CNPParams, context_x, context_y, weights, x):
     """Mean and variance of f at ``x [n, d]`` given a context whose pairs count with
     ``weights [c]`` (1 for a pair, 0 for padding) in the average."""
-    embeddings = networks.apply_mlp(params.encoder,
-                                    jnp.concatenate([context_x, context_y[:, None]], -1))
-    r = weights @ embeddings / jnp.sum(weights)  # [encoder[-1]]
+    r = meta_learning.mean_embedding(params.encoder, context_x, context_y, weights)
     out = networks.apply_mlp(params.decoder,
                              jnp.concatenate([x, jnp.broadcast_to(r, (x.shape[0], r.size))], -1))
-    return out[:, 0], _MIN_VARIANCE + jax.nn.softplus(out[:, 1])
+    return meta_learning.gaussian_head(out)
 
 
 def predict(state: CNPState, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The CNP's mean ``[n]`` and variance ``[n]`` of ``f`` at inputs ``x [n, d]``."""
     context = state.context
     return _predict(state.params, context.x, context.y, jnp.ones_like(context.y), x)
-
-
-def _sample_tasks(key: jax.Array, prior: base.RegressionPriorKnowledge, num_functions: int,
-                  num_points: int, largest_context: int):
-    """Functions from the prior at fresh inputs, noisy targets, and each one's context
-    weights (its first ``c ~ U{1..largest_context}`` pairs)."""
-    x_key, f_key, noise_key, size_key = jax.random.split(key, 4)
-    x = jax.random.normal(x_key, (num_functions, num_points, prior.input_dim))
-    # The environment's ridge, on the diagonal: where two float32 draws coincide (about
-    # one function in 10^4 at 40 inputs in d = 1), its same-input ridge would leave the
-    # covariance singular and the Cholesky factor NaN.
-    cov = (jax.vmap(lambda x: gaussian_process.KERNELS[prior.kernel](x, x))(x)
-           + gaussian_process.RIDGE * jnp.eye(num_points))
-    f = jnp.einsum("bij,bj->bi", jnp.linalg.cholesky(cov),
-                   jax.random.normal(f_key, (num_functions, num_points)))
-    y = f + jnp.sqrt(prior.noise_variance) * jax.random.normal(noise_key, f.shape)
-    sizes = jax.random.randint(size_key, (num_functions, 1), 1, largest_context + 1)
-    weights = (jnp.arange(num_points) < sizes).astype(x.dtype)  # [B, num_points]
-    return x, y, weights
 
 
 def make_cnp_agent(config: CNPConfig, shapes: base.Shapes) -> base.Agent:
@@ -164,30 +125,20 @@ def make_cnp_agent(config: CNPConfig, shapes: base.Shapes) -> base.Agent:
       >>> state = agent.train(jax.random.key(0), data, prior)  # meta-trains, then holds data
       >>> mean, variance = predict(state, x)
     """
-    optimizer = optax.adam(config.learning_rate)
 
     def train(key: jax.Array, data: base.Data, prior: base.RegressionPriorKnowledge):
         init_key, train_key = jax.random.split(key)
-        largest = max_context(config, base.num_pairs(data))  # a Python int: never padded
-        num_points = largest + config.num_targets
 
-        def loss(params, tasks):
+        def loss(params, tasks, _):  # no draws of its own: the key is unused
             x, y, weights = tasks
             mean, variance = jax.vmap(_predict, in_axes=(None, 0, 0, 0, 0))(
                 params, x, y, weights, x)
-            variance = variance + prior.noise_variance  # of y: f's plus the known noise
-            return jnp.mean(0.5 * (jnp.log(2 * jnp.pi * variance) + (y - mean) ** 2 / variance))
-
-        def step(carry, step_key):
-            params, opt_state = carry
-            tasks = _sample_tasks(step_key, prior, config.batch_size, num_points, largest)
-            grads = jax.grad(loss)(params, tasks)
-            updates, opt_state = optimizer.update(grads, opt_state)
-            return (optax.apply_updates(params, updates), opt_state), None
+            return jnp.mean(meta_learning.target_nll(y, mean, variance, prior.noise_variance))
 
         params = init_cnp(init_key, shapes.input_dim, config)
-        (params, _), _ = jax.lax.scan(step, (params, optimizer.init(params)),
-                                      jax.random.split(train_key, config.num_steps))
+        # T is a Python int (the data are never padded): it sets the tasks' sizes.
+        params = meta_learning.meta_train(train_key, params, loss, config, prior,
+                                          base.num_pairs(data))
         return CNPState(params, data)
 
     def apply(state: CNPState, x: jax.Array, key: jax.Array) -> jax.Array:

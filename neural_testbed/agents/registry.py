@@ -28,11 +28,13 @@ from neural_testbed.agents import (
     ensemble_plus,
     epinet,
     gp,
+    hmc,
     hypermodel,
     knn,
     laplace,
     logistic,
     mlp,
+    neural_process,
     oracle_gp,
     random_forest,
     sgmcmc,
@@ -64,8 +66,9 @@ class AgentSpec:
         the agent can (ensemble+'s VAE prior on regression); None when every
         config runs on every target.
       other_sweeps: named config sweeps beside ``sweep``, for studies that vary
-        other fields (ensemble+'s ``prior-functions`` for the paper's Figure 7);
-        ``sweep --configs NAME`` runs one.
+        other fields (ensemble+'s ``prior-functions`` for the paper's Figure 7) or
+        grids other than ``sweep``'s (``appendix-b``: the grid the paper's appendix B
+        prints, where it is not the reference's); ``sweep --configs NAME`` runs one.
       batchable: float fields of ``config_type`` that ``make`` uses only in array
         arithmetic, so that they may be float32 arrays: configs that differ in
         these alone are trained in one program, vmapped over configs
@@ -168,6 +171,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         batchable=("learning_rate", "l2_weight_decay"),
         description="deep ensemble (Lakshminarayanan et al.): independently initialised MLPs",
         targets=("classification", "regression"),
+        other_sweeps={"appendix-b": ensemble.ensemble_appendix_b_sweep},
     ),
     "ensemble+": AgentSpec(
         config_type=ensemble_plus.EnsemblePlusConfig,
@@ -197,6 +201,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         batchable=("dropout_rate", "length_scale", "learning_rate"),
         description="MC dropout (Gal & Ghahramani): an MLP that keeps dropping units when sampling",
         targets=("classification", "regression"),
+        other_sweeps={"appendix-b": dropout.dropout_appendix_b_sweep},
     ),
     "bbb": AgentSpec(
         config_type=bbb.BBBConfig,
@@ -215,6 +220,16 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         batchable=("prior_variance",),
         description="SGLD with momentum (Welling & Teh): one chain's snapshots as an ensemble",
         targets=("classification", "regression"),
+        other_sweeps={"appendix-b": sgmcmc.sgmcmc_appendix_b_sweep},
+    ),
+    "hmc": AgentSpec(
+        config_type=hmc.HMCConfig,
+        default=hmc.HMCConfig(),
+        sweep=hmc.hmc_sweep,
+        make=hmc.make_hmc_agent,
+        description="the Bayes-optimal floor: NUTS on the environment's own model and prior "
+                    "(blackjax, the hmc extra), R-hat and ESS in each row",
+        targets=("classification",),
     ),
     "knn": AgentSpec(
         config_type=knn.KnnConfig,
@@ -291,6 +306,24 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         sweep=cnp.cnp_sweep,
         make=cnp.make_cnp_agent,
         description="regression only: conditional neural process meta-trained on the GP prior",
+        targets=("regression",),
+    ),
+    "np": AgentSpec(
+        config_type=neural_process.NPConfig,
+        default=neural_process.NPConfig(),
+        sweep=neural_process.np_sweep,
+        make=neural_process.make_np_agent,
+        description="regression only: neural process with a global latent (correlated draws), "
+                    "meta-trained on the GP prior",
+        targets=("regression",),
+    ),
+    "anp": AgentSpec(
+        config_type=neural_process.ANPConfig,
+        default=neural_process.ANPConfig(),
+        sweep=neural_process.anp_sweep,
+        make=neural_process.make_anp_agent,
+        description="regression only: attentive neural process (cross-attention and a global "
+                    "latent), meta-trained on the GP prior",
         targets=("regression",),
     ),
 })

@@ -18,7 +18,10 @@ where the first term is the minibatch estimate of the full log-likelihood
 Gaussian prior's variance on every weight and bias is
 ``sigma^2 = prior_variance / (2 d temperature)``. Equivalently the per-pair
 loss is the mean cross-entropy plus an L2 term
-``temperature * d / (prior_variance * T) * |theta|^2``.
+``temperature * d / (prior_variance * T) * |theta|^2``. That is the reference
+testbed's prior; the paper's appendix B.5 prints ``lambda T / (d temperature)``,
+2T times wider, which on problems of one T is ``prior_variance = 2 T lambda``
+(docs/differences.md).
 
 On regression problems the network has one output, ``f(x)``, and
 ``log p(y | x, theta) = log N(y; f(x), noise_variance)`` with the known noise
@@ -53,7 +56,11 @@ import optax
 from neural_testbed import base, networks
 from neural_testbed.agents import _threefry, training, validation
 
-__all__ = ["SGMCMCConfig", "make_sgmcmc_agent", "run_chain", "sgld", "sgmcmc_sweep"]
+__all__ = ["SGMCMCConfig", "make_sgmcmc_agent", "run_chain", "sgld", "sgmcmc_appendix_b_sweep",
+           "sgmcmc_sweep"]
+
+# The constant learning rates both sweeps take (the paper's appendix B.5).
+_LEARNING_RATES = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2)
 
 Params = Any
 # (params, batch) -> the negative log-likelihood of each of the batch's rows, [rows].
@@ -296,10 +303,25 @@ def make_sgmcmc_agent(config: SGMCMCConfig, shapes: base.Shapes) -> base.Agent:
 
 
 def sgmcmc_sweep() -> tuple[SGMCMCConfig, ...]:
-    """The paper's sweep (42 configs): learning rate {1e-5, 5e-5, 1e-4, 5e-4,
-    1e-3, 5e-3, 1e-2} x prior_variance {0.01, 0.1, 0.5} x momentum {0, 0.9}."""
-    learning_rates = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2)
+    """The reference's sweep, behind the published numbers (42 configs): learning rate
+    {1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2} x prior_variance {0.01, 0.1, 0.5} x
+    momentum {0, 0.9}. The paper's lambda grid also has 1: :func:`sgmcmc_appendix_b_sweep`."""
     return tuple(
         SGMCMCConfig(learning_rate=lr, prior_variance=lam, momentum=m)
-        for m, lr, lam in itertools.product((0.0, 0.9), learning_rates, (0.01, 0.1, 0.5))
+        for m, lr, lam in itertools.product((0.0, 0.9), _LEARNING_RATES, (0.01, 0.1, 0.5))
+    )
+
+
+def sgmcmc_appendix_b_sweep() -> tuple[SGMCMCConfig, ...]:
+    """The grid of the paper's appendix B.5 (56 configs): momentum {0, 0.9} x learning
+    rate {1e-5, ..., 1e-2} x lambda (``prior_variance``) {0.01, 0.1, 0.5, 1}.
+
+    Lambda enters the prior as everywhere here, a variance of ``lambda / (2 d
+    temperature)`` (the reference's), not the ``lambda T / (d temperature)`` appendix
+    B.5 prints; on problems of one T the printed prior is ``prior_variance = 2 T
+    lambda``. Run it with ``neural-testbed sweep --agent sgmcmc --configs appendix-b``.
+    """
+    return tuple(
+        SGMCMCConfig(learning_rate=lr, prior_variance=lam, momentum=m)
+        for m, lr, lam in itertools.product((0.0, 0.9), _LEARNING_RATES, (0.01, 0.1, 0.5, 1.0))
     )

@@ -45,10 +45,12 @@ def _add_sweep(commands, g: options.Groups) -> None:
     parser.add_argument("--agent", required=True, help="registered agent name")
     options.add_problem_ids(parser)
     parser.add_argument("--configs", default=registry.PAPER_SWEEP, metavar="NAME",
-                        help="which of the agent's config sweeps: 'paper' (default, the paper's "
-                             "hyperparameter sweep) or one the agent names (`neural-testbed "
-                             "agents` lists them), e.g. ensemble+'s 'prior-functions' for "
-                             "Figure 7")
+                        help="which of the agent's config sweeps: 'paper' (default, the "
+                             "hyperparameter sweep behind the published numbers) or one the "
+                             "agent names (`neural-testbed agents` lists them), e.g. "
+                             "ensemble+'s 'prior-functions' for Figure 7, or 'appendix-b' "
+                             "(ensemble, dropout, sgmcmc: the grid the paper's appendix B "
+                             "prints)")
     parser.add_argument("--configs-per-batch", type=int, default=8, metavar="N",
                         help="configs that differ only in float fields (learning rate, decay, "
                              "prior scale, ...) are trained and evaluated together in one "

@@ -87,10 +87,48 @@ def _sweep() -> argparse.ArgumentParser:
         "--dataset", metavar="FILE",
         help="your own data instead of --sweep: a .npz with arrays x_train, y_train, x_test, "
              "y_test, or a .csv with --label-column (split 80/20 with a fixed seed); problems "
-             "FILE/i for T in {1, 10, 100, 1000, full} x 10 seeds, scored by NLL")
+             "FILE/i for T in {1, 10, 100, 1000, full} x 10 seeds, scored by NLL; with "
+             "--target-column, regression data instead")
     sweep_choice.add_argument(
         "--label-column", metavar="NAME", help="the class-label column of a --dataset .csv")
+    add_target_column(sweep_choice)
     return sweep_choice
+
+
+def add_target_column(parser: argparse.ArgumentParser) -> None:
+    """``--target-column NAME``: a --dataset file is regression data."""
+    parser.add_argument(
+        "--target-column", metavar="NAME",
+        help="--dataset FILE is regression data: NAME is the target column of a .csv (every "
+             "other column a numeric feature) or the target array of a .npz beside an array "
+             "x; problems FILE/seed, 10 seeds each a 20/20/60 train/test/pool split (Wang et "
+             "al.'s protocol), scored by NLL at tau in {1, 5}")
+
+
+def add_regression_dataset(parser: argparse.ArgumentParser) -> None:
+    """``--dataset FILE --target-column NAME``: a user's regression data (`xll`, `tal`)."""
+    parser.add_argument("--dataset", metavar="FILE",
+                        help="your own regression data instead of --sweep: a .csv or .npz "
+                             "with --target-column")
+    add_target_column(parser)
+
+
+def regression_sweep(args, default: str) -> tuple[str, Mapping[str, Any]]:
+    """(name, problems) of `xll` and `tal`: ``--dataset FILE --target-column NAME``'s
+    regression problems, else ``--sweep``'s (``default`` when not given)."""
+    if args.dataset:
+        if args.sweep is not None:
+            raise ValueError(f"--sweep {args.sweep} and --dataset {args.dataset} both name the "
+                             "problems; give one of them")
+        if not args.target_column:
+            raise ValueError(f"--dataset {args.dataset} needs --target-column NAME (the "
+                             "regression target)")
+        return (pathlib.Path(args.dataset).name,
+                generative.real_regression.file_problems(args.dataset, args.target_column))
+    if args.target_column:
+        raise ValueError("--target-column goes with --dataset FILE")
+    name = args.sweep or default
+    return name, problems_lib.get_sweep(name)
 
 
 def _compute() -> argparse.ArgumentParser:
@@ -237,9 +275,18 @@ def sweep_problems(args) -> Mapping[str, Any]:
             raise ValueError(f"--sweep {args.sweep} and --dataset {args.dataset} both name the "
                              "problems; give one of them")
         args.sweep = pathlib.Path(args.dataset).name  # for messages
-        problems = generative.file_problems(args.dataset, args.label_column)
+        if getattr(args, "target_column", None):
+            if args.label_column:
+                raise ValueError("--label-column (class labels) and --target-column (a "
+                                 "regression target) both name the target; give one of them")
+            problems = generative.real_regression.file_problems(args.dataset,
+                                                                args.target_column)
+        else:
+            problems = generative.file_problems(args.dataset, args.label_column)
     elif args.label_column:
         raise ValueError("--label-column goes with --dataset FILE.csv")
+    elif getattr(args, "target_column", None):
+        raise ValueError("--target-column goes with --dataset FILE")
     elif getattr(args, "problem_ids", None) and not getattr(args, "sweep_given", False):
         problems = problems_lib.find_problems(args.problem_ids)
         args.sweep = "chosen"  # for messages: the problems are named, not a sweep

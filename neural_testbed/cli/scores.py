@@ -49,6 +49,10 @@ def _add_leaderboard(commands, g: options.Groups) -> None:
                              "default uniform on the sweeps of the reference's current protocol "
                              "(classification, classification-quick), as its leaderboard does, "
                              "and mlp on the 2021 paper's, as the paper does")
+    parser.add_argument("--floor", metavar="AGENT",
+                        help="also each agent's loss minus this agent's (its default config), "
+                             "paired by problem, with its stratified standard error: with hmc, "
+                             "the Bayes-optimal floor, what better inference could still gain")
     parser.add_argument("--rules", default="ours", choices=list(scoring.RULES),
                         help="; ".join(f"{k}: {v}" for k, v in scoring.RULES.items())
                         + " (default: ours)")
@@ -199,8 +203,11 @@ def leaderboard(args) -> int:
         checks.agent_in_store(normaliser, rows, args.db, "--normalise-by")
     metrics = _board_metrics(args.metrics)
     study_values, study_notes = _study_metrics(args, metrics, problems)
+    if args.floor and args.floor not in registry.AGENTS:
+        checks.agent_in_store(args.floor, rows, args.db, "--floor")
     records, warnings = scoring.score_agents(rows, problems, args.tuning, normaliser,
-                                             args.selection, study_values, rules=args.rules)
+                                             args.selection, study_values, rules=args.rules,
+                                             floor=args.floor)
     if not records:
         raise store_lib.StoreError(f"{args.db!r} has no successful results for the "
                                    f"{args.sweep!r} sweep")
@@ -217,10 +224,12 @@ def leaderboard(args) -> int:
             record.setdefault(f"{name}_stderr", float("nan"))
     loss = records[0]["metric"]  # the columns say which: kl_1 or nll_1
     taus = sorted({t for p in problems.values() for t in p.taus})
+    floor = [f"{loss}_{tau}_above_floor" for tau in taus] if args.floor else []
     if args.format == "table" and not (args.wide or args.verbose):
-        _print_fitted_board(records, loss, taus, metrics, normaliser)
+        _print_fitted_board(records, loss, taus, metrics, normaliser, floor, args.floor)
         return 0
     board = _board_columns(loss, taus)
+    board = board[:2] + tuple(c for f in floor for c in (f, f"{f}_stderr")) + board[2:]
     columns = (board[:-1] + tuple(c for m in metrics for c in (m, f"{m}_stderr"))
                + board[-1:] + (("config",) if args.verbose else ()))
     print(scoring.format_records(records, args.format, columns))
@@ -228,7 +237,8 @@ def leaderboard(args) -> int:
 
 
 def _print_fitted_board(records: Sequence[dict[str, Any]], loss: str, taus: Sequence[int],
-                        metrics: Sequence[str], normaliser: str) -> None:
+                        metrics: Sequence[str], normaliser: str, floor: Sequence[str] = (),
+                        floor_agent: str | None = None) -> None:
     """The leaderboard as a terminal shows it by default: each value with its standard
     error in one cell, the columns that fit the terminal's width (by priority: scores,
     then coverage and health, then the rest), and the names of those left out."""
@@ -237,6 +247,7 @@ def _print_fitted_board(records: Sequence[dict[str, Any]], loss: str, taus: Sequ
 
     columns = [("agent", tables.cells(records, "agent"), 0)]
     columns += [(f"{loss}_{tau}", with_errors(f"{loss}_{tau}"), 1) for tau in taus]
+    columns += [(name, with_errors(name), 1) for name in floor]
     columns += [(f"{loss}_{tau}_norm", with_errors(f"{loss}_{tau}_norm"), 4) for tau in taus]
     columns += [(m, with_errors(m), 4) for m in metrics]
     columns += [("source", tables.cells(records, "source"), 5),
@@ -250,7 +261,8 @@ def _print_fitted_board(records: Sequence[dict[str, Any]], loss: str, taus: Sequ
     table, left_out = tables.fitted(columns, tables.width())
     print(table)
     legend = (f"cells: mean±standard error; {loss}_<tau>_norm: divided by {normaliser}'s "
-              "default config" + (f"; not shown at this width: {', '.join(left_out)} (--wide "
+              "default config" + (f"; {loss}_<tau>_above_floor: minus {floor_agent}'s, paired "
+                                  "by problem" if floor_agent else "") + (f"; not shown at this width: {', '.join(left_out)} (--wide "
                                   "shows every column)" if left_out else ""))
     print(tables.wrapped(legend))
 

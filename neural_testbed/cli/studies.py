@@ -12,6 +12,7 @@ from neural_testbed.cli import checks, figures, options
 from neural_testbed.leaderboard import probing, run_report, scoring, study_runs, xll_scores
 from neural_testbed.leaderboard import problems as problems_lib
 from neural_testbed.leaderboard import store as store_lib
+from neural_testbed.run import checks as run_checks
 from neural_testbed.run import options as run_options
 
 
@@ -22,7 +23,8 @@ def _add_probe(commands, g: options.Groups) -> None:
         description="Train an agent on each regression problem of a sweep (as `run` does) "
                     "and compute, from its belief samples plus the known noise (s = the "
                     "predictive standard deviation of a target): self-certainty (mean over "
-                    "the training inputs of (s - sigma)^2), inclusion@k (fraction of pool "
+                    "the training inputs of (s - sigma)^2), the MSE of the mean (mean over "
+                    "pool inputs of (f - mean)^2), inclusion@k (fraction of pool "
                     "inputs with |f - mean| < k s, beside what the agent's belief expects), "
                     "uncertainty-increase@delta (pool inputs in equal-count bins of the "
                     "distance to the nearest training input: the fraction whose s exceeds s "
@@ -55,7 +57,7 @@ def _add_probe(commands, g: options.Groups) -> None:
                              "per (stratum, probe, parameter)")
     parser.add_argument("--out", metavar="DIR",
                         help="also write variance_by_distance.png, self_certainty.png, "
-                             "inclusion.png and uncertainty_reduction.png here")
+                             "mse.png, inclusion.png and uncertainty_reduction.png here")
     parser.set_defaults(handler=probe)
 
 
@@ -75,10 +77,13 @@ def _add_tal(commands, g: options.Groups) -> None:
                     "metacorrelation at the test inputs before any query. Each problem's "
                     "results are stored in --db as soon as they are computed; a rerun with "
                     "the same settings reuses them (Ctrl-C and rerun to resume).")
-    parser.add_argument("--sweep", default="regression-wang", choices=list(problems_lib.SWEEPS),
+    parser.add_argument("--sweep", default=None, choices=list(problems_lib.SWEEPS),
                         help="a regression sweep; its problems' test inputs are the first "
                              "num_probes pool inputs, the pool the rest (default: regression-wang, "
-                             "500 test and 200 pool inputs)")
+                             "500 test and 200 pool inputs); on real-regression the test rows "
+                             "and pool rows of each split, the prediction model a GP fitted to "
+                             "its training and pool rows")
+    options.add_regression_dataset(parser)
     parser.add_argument("--problems", default=None, metavar="N|ID,...",
                         help="N problems in seed order (seed 0 of every setting first), or "
                              "comma-separated problem ids (default: the whole sweep)")
@@ -87,9 +92,10 @@ def _add_tal(commands, g: options.Groups) -> None:
                              + " (default: all)")
     parser.add_argument("--rounds", type=int, default=active.TALSettings.num_rounds, metavar="R",
                         help="rounds of queries (default: 10)")
-    parser.add_argument("--batch", type=int, default=active.TALSettings.batch_size, metavar="B",
+    parser.add_argument("--batch", type=int, default=None, metavar="B",
                         help="pool inputs queried per round (default: 7, 1%% of the 5d + 700 "
-                             "points of regression-wang, as Wang et al.'s code)")
+                             "points of regression-wang, as Wang et al.'s code; on real data 1%% "
+                             "of the dataset's rows, as the paper)")
     parser.add_argument("--samples", type=int, default=active.TALSettings.num_samples,
                         metavar="M", help="belief samples for the selection covariance of an agent "
                                           "with more than M members or random indices "
@@ -118,8 +124,10 @@ def _add_xll(commands, g: options.Groups) -> None:
     parser.add_argument("--agent", action="append", required=True,
                         help="an agent with regression rows in the store; repeat for each (2 or "
                              "more)")
-    parser.add_argument("--sweep", default="regression-quick", choices=list(problems_lib.SWEEPS),
-                        help="a regression sweep (default: regression-quick)")
+    parser.add_argument("--sweep", default=None, choices=list(problems_lib.SWEEPS),
+                        help="a regression sweep (default: regression-quick), e.g. "
+                             "real-regression")
+    options.add_regression_dataset(parser)
     parser.add_argument("--batch-size", type=int, default=5, metavar="B",
                         help="test points per batch: an anchor and its B - 1 most correlated "
                              "probes under the reference (default: 5, the paper's)")
@@ -146,6 +154,10 @@ def _plus_minus(mean: float, stderr: float, spec: str) -> str:
 def _probe_problems(args) -> list[base.Problem]:
     """The sweep's problems, or those ``--problems`` names (in the sweep's order)."""
     problems = problems_lib.get_sweep(args.sweep)
+    if any(p.target == "regression" and p.metric != "kl" for p in problems.values()):
+        raise ValueError(f"the probes compare an agent with the known function of a GP "
+                         f"regression problem; {args.sweep} is real data (use --sweep "
+                         "regression-quick, regression or regression-wang)")
     if not args.problems:
         return list(problems.values())
     unknown = [pid for pid in args.problems if pid not in problems]
@@ -190,27 +202,32 @@ def probe(args) -> int:
     return 0
 
 
-def _tal_settings(args, spec: registry.AgentSpec) -> active.TALSettings:
-    """The TAL settings of the command line, for a regression agent."""
+def _tal_settings(args, spec: registry.AgentSpec, sweep) -> active.TALSettings:
+    """The TAL settings of the command line, for a regression agent; ``--batch`` defaults
+    to 1% of a real dataset's rows (Wang et al.), else to TALSettings' 7."""
     if "regression" not in spec.targets:
         raise ValueError(f"agent {args.agent!r} is not built for regression problems (it "
                          f"predicts {', '.join(spec.targets)}); tal needs a regression agent")
     methods = tuple(m.strip() for m in args.method.split(",") if m.strip())
     run_options.RunOptions(agent_seed=args.seed).check()
-    return active.TALSettings(num_rounds=args.rounds, batch_size=args.batch,
+    batch = args.batch
+    if batch is None:
+        batch = min((getattr(p, "tal_batch_size", active.TALSettings.batch_size)
+                     for p in sweep.values()), default=active.TALSettings.batch_size)
+    return active.TALSettings(num_rounds=args.rounds, batch_size=batch,
                               num_samples=args.samples, methods=methods, agent_seed=args.seed)
 
 
-def _tal_problems(args, settings: active.TALSettings) -> list[base.Problem]:
-    """The problems of ``--sweep`` (a regression sweep) that ``--problems`` picks."""
-    sweep = problems_lib.get_sweep(args.sweep)
+def _tal_problems(args, name: str, sweep, settings: active.TALSettings) -> list[base.Problem]:
+    """The problems of the sweep ``name`` (a regression sweep) that ``--problems`` picks."""
     if any(p.target != "regression" for p in sweep.values()):
-        raise ValueError(f"tal needs a regression sweep; {args.sweep} holds classification "
+        raise ValueError(f"tal needs a regression sweep; {name} holds classification "
                          "problems (try --sweep regression-wang)")
     try:
         problems = active.tal.pick_problems(sweep, args.problems)
     except ValueError as error:
         raise ValueError(f"--problems {error}") from None
+    run_checks.check_exact_environment(args.agent, problems)
     active.tal.check_problems(problems, settings)
     return problems
 
@@ -231,18 +248,20 @@ def _print_tal_differences(args, results, settings: active.TALSettings, notes) -
     mean, stderr, count = active.tal.mean_metacorrelation(results)
     print(f"metacorrelation of {args.agent} at the test inputs before any query: "
           + (f"{_plus_minus(mean, stderr, '.4f')} over {count} problems" if count
-             else "n/a (its belief samples do not vary, or no method used it)"), file=notes)
+             else "n/a (its belief samples do not vary, no method used it, or the data are "
+                  "real: no exact posterior to compare with)"), file=notes)
 
 
 def tal(args) -> int:
     """`tal`: rounds of queries chosen by one agent config, per method and round."""
     spec = registry.get_agent(args.agent)
     config = registry.parse_overrides(spec, args.overrides)
-    settings = _tal_settings(args, spec)
+    name, sweep = options.regression_sweep(args, "regression-wang")
+    settings = _tal_settings(args, spec, sweep)
     if args.out:  # checked before any work
         drawing = figures.load("tal")
         checks.output_file(args.out, "--out")
-    problems = _tal_problems(args, settings)
+    problems = _tal_problems(args, name, sweep, settings)
     build = functools.partial(spec.make, config)
     if problems and not isinstance(build(base.Shapes.of(problems[0])), base.Agent):
         raise ValueError(f"agent {args.agent!r} trains outside JAX (a host agent); tal "
@@ -251,18 +270,20 @@ def tal(args) -> int:
         args.db, args.agent, build, config, problems, settings, recompute=args.recompute,
         progress=not args.quiet,
         announce=lambda reused: print(
-            f"tal: agent {args.agent}: {config}; {len(problems)} problems of {args.sweep}; "
+            f"tal: agent {args.agent}: {config}; {len(problems)} problems of {name}; "
             f"{settings.num_rounds} rounds x {settings.batch_size} queries"
             + _stored_note(reused, args.db), file=sys.stderr))
     records = active.summarise(run.results)
     notes = options.notes_stream(args)
-    print(f"test log-likelihood of the exact posterior after each round (mean and standard "
+    model = ("the exact posterior" if all(p.metric == "kl" for p in problems) else
+             "the GP fitted to each split's training and pool rows (the prediction model)")
+    print(f"test log-likelihood of {model} after each round (mean and standard "
           f"error over {len(run.results)} problems), queries chosen by {args.agent}:", file=notes)
     columns = ["round", "queried"] + [c for m in settings.methods for c in (m, f"{m}_se")]
     print(scoring.format_records(records, args.format, columns))
     _print_tal_differences(args, run.results, settings, notes)
     if args.out:
-        title = f"{args.agent} selecting on {args.sweep} ({len(run.results)} problems)"
+        title = f"{args.agent} selecting on {name} ({len(run.results)} problems)"
         print(f"wrote {drawing.figure_tal(records, args.out, title)}", file=notes)
     print(_computed_line(run, args.db), file=notes)
     return 0
@@ -271,18 +292,18 @@ def tal(args) -> int:
 def xll(args) -> int:
     """`xll`: XLL and XLLR of several agents from their stored predictives."""
     agents = list(args.agent)
-    problems = problems_lib.get_sweep(args.sweep)
+    name, problems = options.regression_sweep(args, "regression-quick")
     xll_scores.check_options(problems, agents, args.batch_size)
     with store_lib.ResultsStore(args.db, create=False) as store:
         rows = store.rows()
         if not rows:
             raise store_lib.StoreError(f"{args.db!r} holds no results yet")
-        for name in agents:
-            checks.agent_in_store(name, rows, args.db, "--agent")
+        for agent in agents:
+            checks.agent_in_store(agent, rows, args.db, "--agent")
         records, notes = xll_scores.xll_scores(store, problems, agents, args.batch_size,
                                                progress=True)
     out = options.notes_stream(args)
-    print(f"sweep: {args.sweep}; " + xll_scores.describe(len(agents), args.batch_size),
+    print(f"sweep: {name}; " + xll_scores.describe(len(agents), args.batch_size),
           file=out)
     options.print_notes(args, notes, out)
     print(scoring.format_records(records, args.format, xll_scores.COLUMNS))

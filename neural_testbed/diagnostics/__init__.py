@@ -6,9 +6,11 @@ predictive correlations and the cross-normalized log-likelihood (Wang et al.),
 and probes of predictive uncertainty (Grover et al.)."""
 
 from neural_testbed.diagnostics.calibration import (
+    RELIABILITY_DIAGRAM_BINS,
     accuracy,
     expected_calibration_error,
     reliability_bins,
+    reliability_diagram,
 )
 from neural_testbed.diagnostics.correlations import (
     REGRESSION_METRICS,
@@ -26,6 +28,7 @@ from neural_testbed.diagnostics.divergence import (
 from neural_testbed.diagnostics.probes import (
     belief_inclusion,
     inclusion,
+    mean_squared_error,
     self_certainty,
     uncertainty_increase,
     uncertainty_reduction,
@@ -54,6 +57,7 @@ __all__ = [
     "METRICS",
     "NUM_BINS",
     "REGRESSION_METRICS",
+    "RELIABILITY_DIAGRAM_BINS",
     "RegressionDiagnostics",
     "UNCERTAINTIES",
     "Diagnostics",
@@ -74,8 +78,10 @@ __all__ = [
     "ecdf_area",
     "expected_calibration_error",
     "inclusion",
+    "mean_squared_error",
     "rejection_ability",
     "reliability_bins",
+    "reliability_diagram",
     "rescaled_confidence",
     "sample_correlation",
     "self_certainty",

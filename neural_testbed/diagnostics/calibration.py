@@ -5,7 +5,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["accuracy", "ece_from_bins", "expected_calibration_error", "reliability_bins"]
+__all__ = ["RELIABILITY_DIAGRAM_BINS", "accuracy", "ece_from_bins", "expected_calibration_error",
+           "reliability_bins", "reliability_diagram"]
+
+RELIABILITY_DIAGRAM_BINS = 10  # Li & Zhu's reliability diagrams: 10 bins of width 0.1
 
 
 def accuracy(probs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -26,8 +29,27 @@ def reliability_bins(
     there). Sums rather than means, so that chunks of inputs add up.
     """
     confidence = jnp.max(probs, axis=-1)
-    correct = (jnp.argmax(probs, axis=-1) == labels).astype(probs.dtype)
     bins = jnp.clip((confidence * num_bins).astype(jnp.int32), 0, num_bins - 1)
+    return _bin_sums(probs, labels, confidence, bins, num_bins)
+
+
+def reliability_diagram(
+    probs: jax.Array, labels: jax.Array, num_bins: int = RELIABILITY_DIAGRAM_BINS
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Li & Zhu's reliability diagram (section 3.2.1): per confidence interval
+    ``I_m = ((m - 1)/B, m/B]``, 10 of them as in their figures, the count, the number
+    correct and the summed confidence (a confidence of 0 goes in the first).
+
+    The ECE keeps its own 15 bins (:func:`reliability_bins`), as Li & Zhu's does.
+    """
+    confidence = jnp.max(probs, axis=-1)
+    bins = jnp.clip(jnp.ceil(confidence * num_bins).astype(jnp.int32) - 1, 0, num_bins - 1)
+    return _bin_sums(probs, labels, confidence, bins, num_bins)
+
+
+def _bin_sums(probs, labels, confidence, bins, num_bins):
+    """Count, number correct and summed confidence of the inputs in each bin."""
+    correct = (jnp.argmax(probs, axis=-1) == labels).astype(probs.dtype)
     in_bin = jax.nn.one_hot(bins, num_bins, dtype=probs.dtype)  # [n, bins]
     return jnp.sum(in_bin, axis=0), in_bin.T @ correct, in_bin.T @ confidence
 

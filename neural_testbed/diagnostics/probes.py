@@ -10,6 +10,12 @@ and at test inputs (a problem's pool):
 - *self-certainty*: the mean over the T training inputs of ``(s - sigma)^2``,
   ``sigma`` the noise's standard deviation. The paper writes a sum over the
   observed points (its Eq. 2): T times ours; the mean compares different T.
+- *MSE*: the mean over test inputs of ``(f(x) - m(x))^2``, how far the predictive
+  mean is from the function (the paper's Table 1 beside its NLL). The paper scores
+  held-out targets; against ``y = f + noise`` the squared error is, in expectation,
+  this plus the noise variance (the noise is independent of the data and of the
+  agent), so scoring f drops a constant every agent shares, and its sampling noise.
+  For the exact posterior its expectation is the mean posterior variance of f.
 - *inclusion@k*: the fraction of test inputs where ``|f(x) - m(x)| < k s(x)``,
   beside the fraction the agent's own belief expects
   (:func:`belief_inclusion`): for an agent whose belief is the true posterior
@@ -42,8 +48,8 @@ import jax.numpy as jnp
 
 from neural_testbed import base
 
-__all__ = ["Belief", "belief_inclusion", "belief_samples", "inclusion", "moments",
-           "nearest_training_input", "predictive_std", "self_certainty",
+__all__ = ["Belief", "belief_inclusion", "belief_samples", "inclusion", "mean_squared_error",
+           "moments", "nearest_training_input", "predictive_std", "self_certainty",
            "uncertainty_increase", "uncertainty_reduction"]
 
 # Inputs per call of the agent's apply: bounds the memory of [belief samples, inputs]
@@ -106,6 +112,11 @@ def predictive_std(variance_f: jax.Array, noise_variance) -> jax.Array:
 def self_certainty(std_at_train: jax.Array, noise_variance) -> jax.Array:
     """Mean over the training inputs of ``(s - sigma)^2`` (the paper sums; see the module)."""
     return jnp.mean((std_at_train - jnp.sqrt(noise_variance)) ** 2)
+
+
+def mean_squared_error(f: jax.Array, mean: jax.Array) -> jax.Array:
+    """The mean over the inputs of ``(f - m)^2``, the predictive mean's squared error."""
+    return jnp.mean((f - mean) ** 2)
 
 
 def inclusion(f: jax.Array, mean: jax.Array, std: jax.Array,

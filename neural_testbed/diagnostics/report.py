@@ -25,7 +25,7 @@ __all__ = ["CONDITIONS", "Diagnostics", "Inputs", "METRICS", "NUM_BINS", "ROW_ME
            "UNCERTAINTIES",
            "as_record", "summarise", "summarise_batch"]
 
-NUM_BINS = 15  # reliability diagram, confidence histograms and UPDS (as the ECE)
+NUM_BINS = 15  # confidence histograms and UPDS (as the ECE); the reliability diagram has 10
 UNCERTAINTIES = ("aleatoric", "epistemic", "total")  # traces, see diagnostics.uncertainty
 CONDITIONS = ("in", "out", "correct", "wrong")  # the UPDS curves
 # Scalars a row's diagnostics hold, by the names `leaderboard --metrics` takes.
@@ -43,7 +43,7 @@ ROW_METRICS = METRICS + correlations.REGRESSION_METRICS
 class Diagnostics(NamedTuple):
     """Sums and means of one evaluation (arrays; a leading problem axis when vmapped)."""
 
-    reliability: jax.Array  # [3, B]: count, number correct, summed confidence per bin
+    reliability: jax.Array  # [3, 10]: count, number correct, summed confidence per bin
     # The rest is over the first input of each test tau-sample (N inputs at every tau,
     # the same distribution as all N x tau) and its out-of-distribution input.
     split_in: jax.Array  # [6]: means over test inputs of the uncertainty.Split fields
@@ -67,7 +67,7 @@ class Inputs(NamedTuple):
     evaluation, reduced by :func:`summarise` in a program of its own, so that every
     agent and tau shares one compilation of the reduction."""
 
-    reliability: jax.Array  # [3, B] calibration.reliability_bins of every test input
+    reliability: jax.Array  # [3, 10] calibration.reliability_diagram of every test input
     probs_in: jax.Array  # [n, K] mean prediction at the first input of each test sample
     split_in: uncertainty.Split  # [n] each
     labels: jax.Array  # [n]
@@ -145,6 +145,7 @@ def as_record(diagnostics: Diagnostics, i: int | None = None) -> dict[str, Any]:
     return {
         **{name: _number(v) for name, v in scalars.items()},
         "bins": NUM_BINS,
+        "reliability_bins": int(d.reliability.shape[-1]),
         "reliability": dict(zip(("count", "correct", "confidence"), _numbers(d.reliability))),
         "confidence_counts": dict(zip(("in", "out"), _numbers(d.confidence_counts))),
         "upds_counts": dict(zip(CONDITIONS, _numbers(d.upds_counts))),

@@ -163,17 +163,18 @@ def _evaluation(terms, test: base.TestSamples, layout: _Layout, log_weights, tau
     split = jax.tree.map(lambda a: a.reshape(num_test, -1), split)
     probs_in = mean_probs[:, :tau].reshape(num_test * tau, -1)
     labels = test.y.reshape(num_test * tau)
-    reliability = jnp.stack(calibration.reliability_bins(probs_in, labels))
+    ece_bins = jnp.stack(calibration.reliability_bins(probs_in, labels))  # the ECE's 15
+    diagram = jnp.stack(calibration.reliability_diagram(probs_in, labels))  # Li & Zhu's 10
     distinct = (jnp.mean(jnp.sum(jnp.isfinite(log_weights), axis=1)) if layout.counted
                 else jnp.array(num_samples))
     report = diagnostics.Inputs(
-        reliability, mean_probs[:, 0], jax.tree.map(lambda a: a[:, 0], split),
+        diagram, mean_probs[:, 0], jax.tree.map(lambda a: a[:, 0], split),
         test.y[:, 0], mean_probs[:, tau] if has_ood else None,
         jax.tree.map(lambda a: a[:, -1], split) if has_ood else None,
         jnp.asarray(distinct, jnp.float32), jnp.mean(cells).astype(jnp.float32))
     return Evaluation(kl=kl_mean, kl_stderr=kl_stderr,
                       accuracy=calibration.accuracy(probs_in, labels),
-                      ece=calibration.ece_from_bins(reliability, num_test * tau),
+                      ece=calibration.ece_from_bins(ece_bins, num_test * tau),
                       logits_valid=jnp.all(valid), num_clipped=num_clipped, diagnostics=report)
 
 

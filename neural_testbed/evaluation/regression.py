@@ -61,7 +61,9 @@ def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_sample
     function value. Accuracy and ECE are NaN (no classes); the diagnostics
     are :class:`diagnostics.RegressionDiagnostics` from M belief samples at
     the probe inputs: the metacorrelation, the XLL with the exact posterior as
-    the reference, and the agent's predictive there (stored for ``xll``).
+    the reference, and the agent's predictive there (stored for ``xll``). Without the
+    exact posterior (``probe_correlation`` None: real data) the metacorrelation and the
+    XLL are NaN (stored as null) and the predictive is still kept.
     """
     for name, value in (("tau", tau), ("num_test", num_test), ("num_samples", num_samples)):
         if not isinstance(value, int) or value < 1:
@@ -118,11 +120,15 @@ def make_regression_evaluator(enn: base.ENN, tau: int, num_test: int, num_sample
             belief = xll.predictive(probes, jnp.full(num_samples, 1 / num_samples),
                                     test.noise_variance)
         nan = jnp.array(jnp.nan)
+        if test.probe_correlation is None:  # real data: no exact posterior to compare with
+            found = diagnostics.RegressionDiagnostics(
+                nan, jnp.mean(jnp.var(probes, axis=0)), nan, belief)
+        else:
+            found = diagnostics.regression_diagnostics(
+                probes, belief, test.probe_y, test.probe_mean, test.probe_variance,
+                test.probe_correlation)
         return Evaluation(
             kl=kl_mean, kl_stderr=stderr, accuracy=nan, ece=nan,
-            logits_valid=jnp.all(valid), num_clipped=num_clipped,
-            diagnostics=diagnostics.regression_diagnostics(
-                probes, belief, test.probe_y, test.probe_mean, test.probe_variance,
-                test.probe_correlation))
+            logits_valid=jnp.all(valid), num_clipped=num_clipped, diagnostics=found)
 
     return evaluate

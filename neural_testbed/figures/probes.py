@@ -16,8 +16,8 @@ import numpy as np
 
 from neural_testbed.figures.canvas import new_figure, save_figure
 
-__all__ = ["figure_inclusion", "figure_self_certainty", "figure_uncertainty_reduction",
-           "figure_variance_by_distance", "save_probe_figures"]
+__all__ = ["figure_inclusion", "figure_mse", "figure_self_certainty",
+           "figure_uncertainty_reduction", "figure_variance_by_distance", "save_probe_figures"]
 
 Stratum = tuple[int, float, int]  # d, noise variance, T
 
@@ -86,12 +86,10 @@ def figure_variance_by_distance(results: Sequence[tuple[Any, Any]],
     return save_figure(figure, path)
 
 
-def figure_self_certainty(records: Sequence[Mapping[str, Any]], path,
-                          title: str = "") -> pathlib.Path:
-    """Self-certainty (mean over training inputs) against T, a line per (d, noise)."""
+def _against_t(records, probe, ylabel, path, title) -> pathlib.Path:
+    """A probe of one value per problem against T, a line per (d, noise)."""
     lines: dict[tuple[int, float], list[tuple[int, float, float]]] = {}
-    for (d, noise, num_train), (_, mean, se) in sorted(_series(records,
-                                                                "self_certainty").items()):
+    for (d, noise, num_train), (_, mean, se) in sorted(_series(records, probe).items()):
         lines.setdefault((d, noise), []).append((num_train, mean[0], se[0]))
     figure = new_figure((6, 4.5))
     ax = figure.subplots()
@@ -102,12 +100,25 @@ def figure_self_certainty(records: Sequence[Mapping[str, Any]], path,
         ax.errorbar(num_train, mean, yerr=se, marker="o", capsize=2,
                     label=f"d = {d}, noise {noise:g}")
     ax.set_xscale("log")
-    if positive:  # a single model's self-certainty is 0: a linear axis shows it
+    if positive:  # a 0 (a single model's self-certainty) needs a linear axis
         ax.set_yscale("log")
-    ax.set(xlabel="T (training pairs)", ylabel="self-certainty: mean (s - sigma)^2",
-           title=title or "self-certainty")
+    ax.set(xlabel="T (training pairs)", ylabel=ylabel, title=title)
     ax.legend(fontsize=8)
     return save_figure(figure, path)
+
+
+def figure_self_certainty(records: Sequence[Mapping[str, Any]], path,
+                          title: str = "") -> pathlib.Path:
+    """Self-certainty (mean over training inputs) against T, a line per (d, noise)."""
+    return _against_t(records, "self_certainty", "self-certainty: mean (s - sigma)^2", path,
+                      title or "self-certainty")
+
+
+def figure_mse(records: Sequence[Mapping[str, Any]], path, title: str = "") -> pathlib.Path:
+    """The MSE of the predictive mean (mean over the pool of (f - m)^2) against T, a line
+    per (d, noise)."""
+    return _against_t(records, "mse", "MSE: mean (f - mean)^2 over the pool", path,
+                      title or "MSE of the predictive mean")
 
 
 def _per_stratum(records, probe, dashed_probe, ylabel, path, title) -> pathlib.Path:
@@ -144,7 +155,7 @@ def figure_uncertainty_reduction(records: Sequence[Mapping[str, Any]], path,
 
 def save_probe_figures(results: Sequence[tuple[Any, Any]], records: Sequence[Mapping[str, Any]],
                        out_dir, agent: str = "") -> list[pathlib.Path]:
-    """Writes variance_by_distance.png, self_certainty.png, inclusion.png and
+    """Writes variance_by_distance.png, self_certainty.png, mse.png, inclusion.png and
     uncertainty_reduction.png into ``out_dir`` (made if missing)."""
     out_dir = pathlib.Path(out_dir)
     prefix = f"{agent}: " if agent else ""
@@ -152,6 +163,7 @@ def save_probe_figures(results: Sequence[tuple[Any, Any]], records: Sequence[Map
         figure_variance_by_distance(results, records, out_dir / "variance_by_distance.png",
                                     f"{prefix}predictive variance by distance"),
         figure_self_certainty(records, out_dir / "self_certainty.png", f"{prefix}self-certainty"),
+        figure_mse(records, out_dir / "mse.png", f"{prefix}MSE of the predictive mean"),
         figure_inclusion(records, out_dir / "inclusion.png", f"{prefix}inclusion@k"),
         figure_uncertainty_reduction(records, out_dir / "uncertainty_reduction.png",
                                      f"{prefix}uncertainty-reduction@k"),

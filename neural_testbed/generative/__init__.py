@@ -1,5 +1,5 @@
-"""Problem families behind the problem protocol: random-MLP classification, real datasets,
-Gaussian-process regression."""
+"""Problem families behind the problem protocol: random-MLP classification, real datasets
+(classification and regression), Gaussian-process regression."""
 
 from neural_testbed.generative.gp_regression import GPEnvironment, GPRegressionProblem
 from neural_testbed.generative.mlp_classification import (
@@ -16,6 +16,7 @@ from neural_testbed.generative.real_classification import (
     dataset_problems,
     file_problems,
 )
+from neural_testbed.generative.real_regression import RealRegressionProblem
 
 __all__ = [
     "Environment",
@@ -23,6 +24,7 @@ __all__ = [
     "GPRegressionProblem",
     "MLPClassificationProblem",
     "RealClassificationProblem",
+    "RealRegressionProblem",
     "check_temperature",
     "dataset_problems",
     "environment_logits",

@@ -201,7 +201,7 @@ def load_file(path: str | os.PathLike, label_column: str | None = None,
 def _read_csv(path: pathlib.Path, name: str, label_column: str | None):
     if not label_column:
         raise ValueError(f"dataset {name!r}: a .csv needs --label-column NAME (the column of "
-                         "class labels)")
+                         "class labels), or --target-column NAME for a regression target")
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     if not rows:

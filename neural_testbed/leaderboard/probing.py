@@ -21,7 +21,8 @@ not independent draws per k (the mean over problems is the expectation over
 D and D'_k); the paper's mean |change| is inflated by the Monte Carlo noise
 of s where the true change is small (the exact posterior at d = 10, T = 100,
 k = 1: 0.0034 against a signed 0.0008 from M = 1000 samples), so the signed
-mean is reported beside it.
+mean is reported beside it; the MSE is the mean's squared error of f at the
+pool, not of noisy targets (in expectation those add the noise variance).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ __all__ = ["COLUMNS", "PROBES", "PROBLEM_COLUMNS", "ProbeSettings", "ProblemProb
            "probe_keys", "probe_problems", "summarise"]
 
 # Probe names as records carry them, in the order tables show them.
-PROBES = ("self_certainty", "inclusion", "inclusion_expected", "delta", "uncertainty_increase",
-          "uncertainty_reduction", "uncertainty_reduction_signed")
+PROBES = ("self_certainty", "mse", "inclusion", "inclusion_expected", "delta",
+          "uncertainty_increase", "uncertainty_reduction", "uncertainty_reduction_signed")
 COLUMNS = ("d", "noise", "T", "problems", "probe", "at", "mean", "se")
 PROBLEM_COLUMNS = ("problem_id", "d", "noise", "T", "seed", "probe", "at", "value")
 
@@ -97,6 +98,7 @@ class ProblemProbes(NamedTuple):
     """Every probe of one agent on one problem."""
 
     self_certainty: jax.Array  # scalar: mean over training inputs of (s - sigma)^2
+    mse: jax.Array  # scalar: mean over the pool of (f - m)^2, m the belief's mean
     inclusion: jax.Array  # [len(inclusion_ks)]
     inclusion_expected: jax.Array  # [len(inclusion_ks)], under the agent's own belief
     delta: jax.Array  # [num_bins] mean distance to the nearest training input per bin
@@ -183,6 +185,7 @@ def make_prober(agent: base.Agent, settings: ProbeSettings
         absolute, signed = (jnp.stack(r) for r in zip(*reductions))
         return ProblemProbes(
             self_certainty=probes.self_certainty(train_std, env.noise_variance),
+            mse=probes.mean_squared_error(env.pool_f, mean),
             inclusion=probes.inclusion(env.pool_f, mean, std, settings.inclusion_ks),
             inclusion_expected=probes.belief_inclusion(belief, mean, std, settings.inclusion_ks),
             delta=delta, uncertainty_increase=increase, uncertainty_reduction=absolute,
@@ -223,7 +226,7 @@ def parameter_labels(settings: ProbeSettings) -> dict[str, list[str]]:
     incl = [f"k={k:g}" for k in settings.inclusion_ks]
     bins = [f"bin={b + 1}/{settings.num_bins}" for b in range(settings.num_bins)]
     red = [f"k={k}" for k in settings.reduction_ks]
-    return {"self_certainty": [""], "inclusion": incl, "inclusion_expected": incl,
+    return {"self_certainty": [""], "mse": [""], "inclusion": incl, "inclusion_expected": incl,
             "delta": bins, "uncertainty_increase": bins, "uncertainty_reduction": red,
             "uncertainty_reduction_signed": red}
 
@@ -265,14 +268,15 @@ def summarise(results: Mapping[base.Problem, ProblemProbes] | Sequence[tuple],
     return records
 
 
-_TITLES = {"self_certainty": "self-certainty", "inclusion": "inclusion@k",
+_TITLES = {"self_certainty": "self-certainty", "mse": "MSE of the mean",
+           "inclusion": "inclusion@k",
            "uncertainty_increase": "uncertainty-increase@delta",
            "uncertainty_reduction": "uncertainty-reduction@k"}
 
 
 def format_text(records: Sequence[Mapping[str, Any]]) -> str:
     """A block per stratum (or problem) of :func:`summarise`'s records, one line per probe:
-    ``value ± se``, inclusion with the agent's own expectation in brackets, each bin's
+    ``value ± se``, the MSE of the mean below self-certainty, inclusion with the agent's own expectation in brackets, each bin's
     delta before its uncertainty-increase, uncertainty-reduction with its signed mean."""
     blocks: dict[tuple, dict[tuple[str, str], Mapping[str, Any]]] = {}
     for r in records:
@@ -294,6 +298,7 @@ def format_text(records: Sequence[Mapping[str, Any]]) -> str:
 
         ats = [at for probe, at in cells if probe == "inclusion"]
         lines.append(f"  {_TITLES['self_certainty']:<28}{value('self_certainty', '')}")
+        lines.append(f"  {_TITLES['mse']:<28}{value('mse', '')}")
         lines.append(f"  {_TITLES['inclusion']:<28}" + "   ".join(
             f"{at}: {value('inclusion', at)} (expected {value('inclusion_expected', at)})"
             for at in ats))
@@ -311,9 +316,10 @@ def describe(settings: ProbeSettings) -> str:
     """The definitions behind a table of :func:`summarise`, in a few lines."""
     return ("s(x) = sqrt(variance of f over the agent's belief + noise variance), from "
             f"M = {settings.num_samples} belief samples; test inputs: the problem's pool\n"
-            "self-certainty: mean over the T training inputs of (s - sigma)^2; inclusion@k: "
-            "fraction of test inputs with |f - mean| < k s (expected: the same under the "
-            "agent's own belief)\n"
+            "self-certainty: mean over the T training inputs of (s - sigma)^2; MSE: mean over "
+            "test inputs of (f - mean)^2 (of noisy targets: plus the noise variance); "
+            "inclusion@k: fraction of test inputs with |f - mean| < k s (expected: the same "
+            "under the agent's own belief)\n"
             f"uncertainty-increase: test inputs in {settings.num_bins} equal-count bins of the "
             "distance to the nearest training input; delta = a bin's mean distance, UI = the "
             "fraction whose s exceeds s at that training input\n"

@@ -18,10 +18,16 @@ from collections.abc import Mapping
 import jax
 
 from neural_testbed import base
-from neural_testbed.generative import gp_regression, mlp_classification, real_classification
+from neural_testbed.generative import (
+    gp_regression,
+    mlp_classification,
+    real_classification,
+    real_regression,
+)
 
 __all__ = [
     "REAL_DATASETS",
+    "REAL_REGRESSION_DATASETS",
     "DESCRIPTIONS",
     "SWEEPS",
     "Problem",
@@ -236,6 +242,24 @@ def _regression_wang_sweep() -> dict[str, base.Problem]:
     return problems
 
 
+REAL_REGRESSION_DATASETS = tuple(real_regression.BUILT_IN)
+
+
+def _real_regression_sweep() -> dict[str, base.Problem]:
+    """Wang et al.'s UCI protocol on the regression data scikit-learn ships (diabetes):
+    10 seeds, each its own 20/20/60 train/test/pool split, scored by the NLL at tau in
+    {1, 5} (10 problems). Ids ``diabetes/<seed>``."""
+    problems = {}
+    for name in REAL_REGRESSION_DATASETS:
+        problems.update(real_regression.dataset_problems(name))
+    return problems
+
+
+def _real_regression_quick_sweep(full: Mapping[str, base.Problem]) -> dict[str, base.Problem]:
+    """A subset of ``real-regression`` (same ids): seeds {0, 1}, 2 problems."""
+    return {pid: p for pid, p in full.items() if p.seed < 2}
+
+
 class _Sweeps(Mapping):
     """Sweeps by name, each built on first use (the real-data ones read their datasets)."""
 
@@ -269,6 +293,9 @@ SWEEPS: Mapping[str, Mapping[str, base.Problem]] = _Sweeps({
     "regression-quick": lambda sweeps: _regression_quick_sweep(sweeps["regression"]),
     "regression-current": lambda sweeps: _regression_current_sweep(),
     "regression-wang": lambda sweeps: _regression_wang_sweep(),
+    "real-regression": lambda sweeps: _real_regression_sweep(),
+    "real-regression-quick": lambda sweeps: _real_regression_quick_sweep(
+        sweeps["real-regression"]),
 })
 
 
@@ -292,6 +319,10 @@ DESCRIPTIONS: Mapping[str, str] = types.MappingProxyType({
     "regression-current": "the reference's current regression sweep: 270 problems, d in "
                           "{1, 10, 100}, noise std in {0.01, 0.1, 1}, M = 100",
     "regression-wang": "Wang et al.'s synthetic setting, 30 problems",
+    "real-regression": "Wang et al.'s UCI protocol on scikit-learn's diabetes: 10 seeded "
+                       "20/20/60 train/test/pool splits, scored by NLL at tau in {1, 5}; "
+                       "needs the 'real' extra",
+    "real-regression-quick": "2 problems of 'real-regression'",
 })
 
 
@@ -323,7 +354,8 @@ def find_problems(problem_ids) -> dict[str, base.Problem]:
     return {pid: found[pid] for pid in problem_ids}
 
 
-_REAL_PREFIXES = {*REAL_DATASETS, *(f"{name}_dyadic" for name in REAL_DATASETS)}
+_REAL_PREFIXES = {*REAL_DATASETS, *(f"{name}_dyadic" for name in REAL_DATASETS),
+                  *REAL_REGRESSION_DATASETS}
 
 
 def builtin_hashes() -> dict[str, str]:

@@ -83,6 +83,7 @@ class ProblemScore:
     clipped: set[int] = dataclasses.field(default_factory=set)  # taus with num_clipped > 0
     sources: set[str] = dataclasses.field(default_factory=set)  # "local", "published"
     diagnostics: dict[str, float] = dataclasses.field(default_factory=dict)  # smallest tau's
+    unconverged: bool = False  # the agent reported its training did not converge (hmc)
 
 
 Candidate = tuple[str, str, str, int]  # agent, config_hash, estimator, agent_seed
@@ -157,6 +158,16 @@ def _ratio(mine: Mapping[str, ProblemScore], base: Mapping[str, ProblemScore], t
     return r, stratified(residuals)[1] / abs(b)
 
 
+def _above(mine: Mapping[str, ProblemScore], floor: Mapping[str, ProblemScore], tau: int,
+           problems: Mapping[str, Any]) -> tuple[float, float]:
+    """The mean of A - F over the problems both cover, with its stratified standard error:
+    how far an agent is above the floor agent (paired, so the floor's own Monte Carlo
+    error on a problem cancels with the shared difficulty)."""
+    pairs = [(_setting(problems[pid]), mine[pid].loss[tau] - floor[pid].loss[tau])
+             for pid in mine if pid in floor]
+    return stratified(pairs)[:2]
+
+
 def _p_value(mean: float, stderr: float, df: int) -> float:
     """Two-sided p-value of mean = 0 under Student's t with ``df`` degrees of freedom."""
     if df < 1 or math.isnan(stderr):
@@ -217,9 +228,10 @@ def collect_scores(rows: Iterable[StoredRow], problems: Mapping[str, Any],
             s.accuracy, s.ece = r.accuracy, r.ece
             s.seconds += r.train_seconds
             if r.diagnostics:  # rows before schema 3 have none
-                s.diagnostics = {k: math.nan if v is None else v
-                                 for k, v in json.loads(r.diagnostics).items()
+                record = json.loads(r.diagnostics)
+                s.diagnostics = {k: math.nan if v is None else v for k, v in record.items()
                                  if k in diagnostics_report.ROW_METRICS}
+                s.unconverged = record.get("agent_converged") == 0  # base.Agent.report
         s.seconds += r.eval_seconds
     for (agent, chash, _, seed), by_pid in scores.items():
         for pid, s in by_pid.items():
@@ -302,10 +314,12 @@ def _taus(problems: Mapping[str, Any]) -> list[int]:
     return sorted({t for p in problems.values() for t in p.taus})
 
 
-def _flag(missing: int, of: int, clipped: int) -> str:
+def _flag(missing: int, of: int, clipped: int, unconverged: int = 0) -> str:
     parts = [f"MISSING {missing} of {of} problems"] if missing else []
     if clipped:
         parts.append(f"CLIPPED {clipped} row{'s' if clipped != 1 else ''}")
+    if unconverged:
+        parts.append(f"UNCONVERGED on {unconverged} problem{'s' if unconverged != 1 else ''}")
     return "; ".join(parts)
 
 
@@ -318,6 +332,7 @@ def score_agents(
     per_problem: PerProblem | None = None,
     defaults: Mapping[str, str] | None = None,
     rules: str = "ours",
+    floor: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The leaderboard: one record per agent's tuned choice, sorted by d_KL^agg, and one
     more for its default config where the tuned choice is another.
@@ -334,14 +349,18 @@ def score_agents(
     ``kl_agg`` the sum of ``kl_<tau> / tau``. ``kl_<tau>_norm`` = A / B, the agent's and
     the baseline's means over the problems both cover, and ``kl_<tau>_norm_stderr`` its
     delta-method error over those pairs (not a ratio of two errors: a problem
-    hard for one agent is hard for both). The baseline B is always the baseline
+    hard for one agent is hard for both). With ``floor`` (an agent, e.g. ``hmc``: the
+    Bayes-optimal floor), ``kl_<tau>_above_floor`` is the mean of A - F over the problems
+    both cover and ``kl_<tau>_above_floor_stderr`` its paired stratified error, F the
+    floor agent's default config. The baseline B is always the baseline
     agent's default config, whatever its tuning picks. ``source`` says where a
     record's rows came from (``local``, ``published`` or ``local+published``,
     see :mod:`neural_testbed.leaderboard.counted`), ``label`` names the record
     in tables and figures and ``extra_default`` marks the default config's record
     shown beside an agent's tuned choice. ``clipped`` counts the tuned choice's
-    (problem, tau) rows that clipped infinite KL terms; ``flag`` names them and
-    any missing problems.
+    (problem, tau) rows that clipped infinite KL terms; ``flag`` names them, any
+    missing problems and those where the agent reported that its training did not
+    converge (:attr:`base.Agent.report`, hmc's chains).
 
     Args:
       rows: stored rows.
@@ -355,6 +374,8 @@ def score_agents(
         problem id) and name (e.g. the studies' ``tal``, see
         :func:`neural_testbed.leaderboard.studies.per_problem_metrics`).
       defaults: agent -> its default config's hash (default: the registered agents').
+      floor: an agent whose default config every loss is also compared with, paired by
+        problem (``<metric>_<tau>_above_floor``); None: no such columns.
 
     Each diagnostics scalar (and each name of ``per_problem``) gets the mean over
     the reported problems that have it and its stratified ``<name>_stderr``
@@ -368,6 +389,7 @@ def score_agents(
                                 *(n for values in (per_problem or {}).values() for n in values)]))
     halves = _halves(problems, selection)
     taus = _taus(problems)
+    signed = any(_signed(p) for p in problems.values())
     agents = sorted({c[0] for c in scores})
     tuned = {a: _tuned(a, scores, configs, problems, tuning, halves) for a in agents}
     defaults = _defaults(agents) if defaults is None else defaults
@@ -393,11 +415,20 @@ def score_agents(
                              f"not normalised; run `neural-testbed run --agent {baseline}` (or "
                              "`leaderboard --with-baselines`) to add them",
                              f"not normalised (no {baseline} default-config rows)"))
+    floor_scores = {}
+    if floor is not None:
+        default = _default_candidate(floor, scores, defaults, halves[0], taus)
+        if default is None:
+            warnings.append(Note(f"no {floor} default-config results for this sweep, so there "
+                                 f"is no floor to compare with; run `neural-testbed run --agent "
+                                 f"{floor}` on it", f"no floor ({floor} has no rows)"))
+        else:
+            floor_scores = {pid: s for pid, s in scores[default].items() if pid in halves[1]}
     if rules not in RULES:
         raise ValueError(f"unknown rules {rules!r}; allowed: {', '.join(RULES)}")
     records = []
     for agent, by_pid, config, hashes, extra in chosen:
-        health, present = _health(by_pid, len(halves[1]), taus), len(by_pid)
+        health, present = _health(by_pid, len(halves[1]), taus, signed), len(by_pid)
         if rules == "reference":
             by_pid = _reference_filled(by_pid, halves[1], taus)
         record: dict[str, Any] = {"agent": agent}
@@ -409,6 +440,11 @@ def score_agents(
             record[f"{metric}_{tau}_stderr"] = se
             record[f"{metric}_{tau}_norm"] = norm
             record[f"{metric}_{tau}_norm_stderr"] = norm_se
+            if floor is not None:
+                above, above_se = (_above(by_pid, floor_scores, tau, problems) if floor_scores
+                                   else (math.nan, math.nan))
+                record[f"{metric}_{tau}_above_floor"] = above
+                record[f"{metric}_{tau}_above_floor_stderr"] = above_se
         record[f"{metric}_agg"] = sum(record[f"{metric}_{tau}"] / tau for tau in taus)
         record["accuracy"] = _mean([s.accuracy for s in by_pid.values()])
         record["ece"] = _mean([s.ece for s in by_pid.values()])
@@ -422,7 +458,8 @@ def score_agents(
         record["health"] = health
         record["rules"] = rules
         record["clipped"] = sum(len(s.clipped) for s in by_pid.values())
-        record["flag"] = _flag(len(halves[1]) - present, len(halves[1]), record["clipped"])
+        record["flag"] = _flag(len(halves[1]) - present, len(halves[1]), record["clipped"],
+                               sum(s.unconverged for s in by_pid.values()))
         record["metric"] = metric
         record["source"] = _source(by_pid)
         record["label"] = _label(agent, record["source"], extra)
@@ -471,11 +508,19 @@ def _reference_filled(by_pid: Mapping[str, ProblemScore], reported: Iterable[str
 NEGATIVE_TOLERANCE = -1e-4
 
 
-def _health(by_pid: Mapping[str, ProblemScore], reported: int, taus: Sequence[int]) -> float:
+def _signed(problem: Any) -> bool:
+    """Whether a problem's loss may be negative: the NLL of real-valued targets (a density,
+    not a probability); a d_KL and a class NLL are not."""
+    return problem.target == "regression" and problem.metric == "nll"
+
+
+def _health(by_pid: Mapping[str, ProblemScore], reported: int, taus: Sequence[int],
+            signed: bool = False) -> float:
     """The share of the sweep's (problem, tau) entries a record's score rests on that are
-    present (computed, successfully), finite and not below :data:`NEGATIVE_TOLERANCE`:
-    the reference's ``pct_health`` (a store holds no duplicate rows, its fourth test)."""
-    healthy = sum(math.isfinite(v) and v >= NEGATIVE_TOLERANCE
+    present (computed, successfully), finite and not below :data:`NEGATIVE_TOLERANCE`
+    (unless the loss is ``signed``, :func:`_signed`): the reference's ``pct_health`` (a
+    store holds no duplicate rows, its fourth test)."""
+    healthy = sum(math.isfinite(v) and (signed or v >= NEGATIVE_TOLERANCE)
                   for s in by_pid.values() for v in s.loss.values())
     return healthy / (reported * len(taus)) if reported else math.nan
 

@@ -22,7 +22,9 @@ of the run that computed it):
   ``num_queried`` and the agent's ``metacorrelation`` (null: not applicable);
 - ``probe``: a list of ``{"probe", "at", "value"}``, as ``probe --per-problem``
   prints them, and in ``detail`` the per-input distance and predictive variance
-  (float32, zlib) that the variance-by-distance figure draws;
+  (float32, zlib) that the variance-by-distance figure draws. A record that lacks a
+  probe of :data:`~neural_testbed.leaderboard.probing.PROBES` (stored before the MSE
+  probe was added) is not reused: `probe` computes that problem again and replaces it;
 - ``bandit``: the ``seed``, ``total_regret``, ``best_action_share`` and the
   ``cumulative_regret`` at up to 100 ``steps``, and in ``detail`` the regret of
   every step (float32, zlib);
@@ -71,6 +73,7 @@ __all__ = [
     "long_records",
     "per_problem_metrics",
     "probe_record",
+    "probe_record_is_complete",
     "probe_result",
     "probe_settings_json",
     "settings_hash",
@@ -163,14 +166,22 @@ def probe_record(agent: str, config: Any, problem_id: str, result: probing.Probl
                    zlib.compress(arrays.tobytes(), 6), seconds)
 
 
+def probe_record_is_complete(record: Mapping[str, Any]) -> bool:
+    """Whether a probe record holds every probe of :data:`probing.PROBES` (one stored
+    before a probe was added does not)."""
+    return set(probing.PROBES) <= {entry["probe"] for entry in json.loads(record["data"])}
+
+
 def probe_result(record: Mapping[str, Any]) -> probing.ProblemProbes:
-    """The :class:`~neural_testbed.leaderboard.probing.ProblemProbes` a record holds
-    (float32, as computed)."""
+    """The :class:`~neural_testbed.leaderboard.probing.ProblemProbes` a complete record
+    holds (float32, as computed)."""
     values: dict[str, list[float]] = {}
     for entry in json.loads(record["data"]):
         values.setdefault(entry["probe"], []).append(entry["value"])
     arrays = np.frombuffer(zlib.decompress(record["detail"]), "<f4").reshape(len(_ARRAYS), -1)
-    fields = {name: np.asarray(v if name != "self_certainty" else v[0], np.float32)
+    scalars = {name for name, labels in probing.parameter_labels(
+        probing.ProbeSettings()).items() if labels == [""]}  # self-certainty and the MSE
+    fields = {name: np.asarray(v[0] if name in scalars else v, np.float32)
               for name, v in values.items()}
     fields.update(zip(_ARRAYS, (np.array(a) for a in arrays)))
     return probing.ProblemProbes(**fields)

@@ -74,15 +74,17 @@ class TALStudy:
 
 def _run(db: str, study: ProbeStudy | TALStudy | SeedStudy, kind: str, settings_json: str,
          build: base.AgentBuilder, problems: Sequence[base.Problem], recompute: bool,
-         progress: bool,
-         announce: Callable[[int], None] | None) -> StudyRun:
+         progress: bool, announce: Callable[[int], None] | None,
+         reusable: Callable[[dict[str, Any]], bool] = lambda record: True) -> StudyRun:
     """Opens the store (refusing a file it cannot use before any work), computes the
-    problems not stored yet and reads every problem's record back; ``announce`` gets the
-    number reused before the work."""
+    problems not stored yet (or stored in a record not ``reusable``, which the new one
+    replaces) and reads every problem's record back; ``announce`` gets the number reused
+    before the work."""
     with store_lib.ResultsStore(db) as store:
         stored = ({} if recompute else
-                  studies.stored_by_problem(store, study.name, study.config, kind,
-                                            settings_json))
+                  {pid: r for pid, r in studies.stored_by_problem(
+                      store, study.name, study.config, kind, settings_json).items()
+                   if reusable(r)})
         todo = [p for p in problems if p.problem_id not in stored]
         if announce is not None:
             announce(len(problems) - len(todo))
@@ -183,7 +185,7 @@ def run_probes(db: str, name: str, build: base.AgentBuilder, config: Any,
     at ``db``; the results are (problem, :class:`probing.ProblemProbes`) pairs."""
     study = ProbeStudy(name, config, settings)
     result = _run(db, study, "probe", studies.probe_settings_json(settings), build, problems,
-                  recompute, progress, announce)
+                  recompute, progress, announce, reusable=studies.probe_record_is_complete)
     return dataclasses.replace(result, results=[
         (p, studies.probe_result(r)) for p, r in zip(problems, result.results)])
 

@@ -12,7 +12,9 @@ at the probes, rebuilt from its definition: no agent is retrained.
 Each agent is represented by its globally tuned config, the leaderboard's
 default choice (lowest d_KL^agg). Per agent, the table gives the means over
 the problems covered by every agent, with standard errors stratified by the
-problems' strata ((d, noise variance), T), as every leaderboard number. XLL
+problems' strata ((d, noise variance), T; on real data (dataset, T)), as every
+leaderboard number. On real data (``real-regression``, a user's file) the probes
+are a split's test rows and the targets their observed values. XLL
 values of problems with different d or T are on different scales, which is why
 the paper averages ranks (XLLR) across datasets; the mean XLL is shown beside.
 """
@@ -60,7 +62,8 @@ def check_options(problems: Mapping[str, Any], agents: Sequence[str], batch_size
     other = sorted({p.target for p in problems.values()} - {"regression"})
     if not problems or other:
         raise ValueError("xll needs a regression sweep (regression, regression-quick, "
-                         f"regression-wang); this one has {', '.join(other) or 'no'} problems")
+                         "regression-wang, real-regression) or --dataset FILE --target-column "
+                         f"NAME; this one has {', '.join(other) or 'no'} problems")
 
 
 def xll_scores(store: store_lib.ResultsStore, problems: Mapping[str, Any],

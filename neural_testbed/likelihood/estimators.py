@@ -13,6 +13,7 @@ deep learning work?", Algorithms 3 (Monte Carlo) and 4 (random partitioning).
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import jax
@@ -28,14 +29,23 @@ __all__ = [
     "partition_log_likelihood_and_cells",
 ]
 
-# "reference": as the reference testbed computes Algorithm 4: the probabilities
-# averaged in a cell are Phi(clipped probit), i.e. clipped to
-# [Phi(-clip), Phi(clip)], and every cell's average is smoothed as
-# (sum + 1e-6) / (count + 1e-6) in units of samples. "paper": Algorithm 4 as
-# printed, raw probabilities and no smoothing.
+# "reference": as the reference testbed computes Algorithm 4: probits clipped to
+# [-clip, clip] place the members in cells, the probabilities averaged in a cell
+# are Phi(clipped probit), i.e. clipped to [Phi(-clip), Phi(clip)], and every
+# cell's average is smoothed as (sum + 1e-6) / (count + 1e-6) in units of
+# samples. "paper": Algorithm 4 as printed: unclipped probits, raw probabilities
+# and no smoothing.
 Numerics = Literal["reference", "paper"]
 NUMERICS = ("reference", "paper")
 _REFERENCE_SMOOTHING = 1e-6  # samples; the reference's (sum + 1e-6) / (count + 1e-6)
+_REFERENCE_PROBIT_CLIP = 5.0  # the reference's clip of the probits, and so its floor Phi(-5)
+# Below this log-probability ndtri(exp(.)) would see a float32 that is tiny (under
+# 1.8e-35) or flushed to 0; the probit is then found from the log-probability itself.
+_LOG_DEEP_TAIL = -80.0
+# A probability of exactly 0 (a -inf logit) has probit -inf, which would make A l + b
+# NaN (inf - inf); a log-probability below this (0, or a logit gap beyond 1e30 nats) is
+# raised to it: a probit of about -1.4e15, small enough that A l cannot overflow.
+_LOG_ZERO = -1e30
 
 
 def _label_log_probs(log_probs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -61,11 +71,51 @@ def monte_carlo_log_likelihood(
     return logsumexp(joint + log_weights)
 
 
+def _ndtri_of_log(log_p: jax.Array) -> jax.Array:
+    """``Phi^-1(exp(log_p))`` for ``log_p <= log(1/2)``, accurate where ``exp(log_p)`` is
+    below float32's range.
+
+    There (x below -12) it solves ``log Phi(x) = log_p`` with Phi's asymptotic series,
+    ``log Phi(x) = -x^2/2 - log(2 pi)/2 - log(x^2)/2 + log(1 - 1/x^2 + 3/x^4)`` (the next
+    term, ``15/x^6``, moves x by under 3e-8 of itself), by the fixed point of
+    ``x^2 = -2 log_p - log(2 pi) - log(x^2) + 2 log(1 - 1/x^2 + 3/x^4)``, which contracts
+    by a factor ``1/x^2 < 0.01``: no difference of two large numbers, so ``x`` is as
+    precise as ``log_p`` allows.
+    """
+    direct = ndtri(jnp.exp(jnp.maximum(log_p, _LOG_DEEP_TAIL)))
+    s = -2.0 * jnp.clip(log_p, _LOG_ZERO, _LOG_DEEP_TAIL) - math.log(2 * math.pi)
+    x2 = s - jnp.log(s)
+    for _ in range(3):
+        x2 = s - jnp.log(x2) + 2.0 * jnp.log1p(-1.0 / x2 + 3.0 / (x2 * x2))
+    return jnp.where(log_p > _LOG_DEEP_TAIL, direct, -jnp.sqrt(x2))
+
+
+def _probits(log_probs: jax.Array, probit_clip: float | None = None) -> jax.Array:
+    """The probits ``Phi^-1(p)`` of class log-probabilities ``[..., K]``.
+
+    With ``probit_clip``, ``clip(ndtri(exp(log_probs)), -probit_clip, probit_clip)``,
+    as the reference computes them. Without, the unclipped probits of the paper's
+    Algorithm 4, from the log-probabilities so that neither tail saturates in float32:
+    a class of probability above 1/2 (the most likely one) gets ``-Phi^-1(1 - p)``
+    with ``log(1 - p)`` the log-sum-exp of the other classes, every other class
+    ``Phi^-1(p)`` from ``log p`` (:func:`_ndtri_of_log`). They are finite for every
+    probability, even 0 or 1 (about ``-+1.4e15``); with K = 2 the two classes' probits
+    are each other's negatives, as in exact arithmetic.
+    """
+    if probit_clip is not None:
+        return jnp.clip(ndtri(jnp.exp(log_probs)), -probit_clip, probit_clip)
+    num_classes = log_probs.shape[-1]
+    is_top = jnp.arange(num_classes) == jnp.argmax(log_probs, axis=-1, keepdims=True)
+    log_rest = logsumexp(jnp.where(is_top, -jnp.inf, log_probs), axis=-1, keepdims=True)
+    upper = is_top & (log_probs > math.log(0.5))
+    return jnp.where(upper, -_ndtri_of_log(log_rest), _ndtri_of_log(log_probs))
+
+
 def partition_cells(
     key: jax.Array,
     log_probs: jax.Array,
     num_hyperplanes: int = 7,
-    probit_clip: float = 5.0,
+    probit_clip: float | None = _REFERENCE_PROBIT_CLIP,
 ) -> jax.Array:
     """The cell of each member under random hyperplanes (Algorithm 4's partition).
 
@@ -73,19 +123,19 @@ def partition_cells(
       key: PRNG key for the hyperplanes ``A`` and offsets ``b``.
       log_probs: ``[members, tau, K]`` class log-probabilities of each member.
       num_hyperplanes: d, the number of hyperplanes.
-      probit_clip: probits are clipped to this absolute value.
+      probit_clip: probits are clipped to this absolute value (the reference's 5 by
+        default); None: the unclipped probits of the paper (:func:`_probits`).
 
     Returns:
       ``[members]`` int32 cell ids in ``[0, 2**num_hyperplanes)``: the bits
       of ``A l_m + b >= 0`` for the member's probit vector ``l_m``.
     """
     num_members, tau, num_classes = log_probs.shape
-    probits = jnp.clip(ndtri(jnp.exp(log_probs)), -probit_clip, probit_clip)
-    probits = probits.reshape(num_members, tau * num_classes)
+    vectors = _probits(log_probs, probit_clip).reshape(num_members, tau * num_classes)
     a_key, b_key = jax.random.split(key)
     a = jax.random.normal(a_key, (tau * num_classes, num_hyperplanes))
     b = jax.random.normal(b_key, (num_hyperplanes,))
-    bits = (probits @ a + b >= 0).astype(jnp.int32)  # [members, hyperplanes]
+    bits = (vectors @ a + b >= 0).astype(jnp.int32)  # [members, hyperplanes]
     return bits @ (2 ** jnp.arange(num_hyperplanes, dtype=jnp.int32))
 
 
@@ -118,16 +168,16 @@ def partition_log_likelihood(
     labels: jax.Array,
     log_weights: jax.Array,
     num_hyperplanes: int = 7,
-    probit_clip: float = 5.0,
+    probit_clip: float | None = None,
     numerics: Numerics = "reference",
     num_samples: int = 1000,
 ) -> jax.Array:
     """Algorithm 4: random partitioning of the members by hyperplanes.
 
-    Each member's probits ``Phi^-1(p_{m,t,k})``, clipped to
-    ``[-probit_clip, probit_clip]``, form a vector of length ``K * tau``; the
-    signs of ``A l + b`` for ``num_hyperplanes`` random Gaussian hyperplanes
-    put it in one of ``2**num_hyperplanes`` cells. Within each cell the
+    Each member's probits ``Phi^-1(p_{m,t,k})`` (clipped to
+    ``[-probit_clip, probit_clip]`` under the reference's numerics) form a vector
+    of length ``K * tau``; the signs of ``A l + b`` for ``num_hyperplanes``
+    random Gaussian hyperplanes put it in one of ``2**num_hyperplanes`` cells. Within each cell the
     members' probabilities are averaged (weighted), and the cells' joint
     likelihoods are mixed by the cells' total weights. When every member has
     its own cell this equals the exact mixture likelihood (with
@@ -139,9 +189,13 @@ def partition_log_likelihood(
       labels: ``[tau]`` integer labels.
       log_weights: ``[members]`` log of weights that sum to one.
       num_hyperplanes: d, the number of random hyperplanes.
-      probit_clip: probits are clipped to this absolute value.
-      numerics: ``"reference"`` (the reference testbed's probability floor
-        and cell smoothing, the default) or ``"paper"`` (neither).
+      probit_clip: probits are clipped to this absolute value, and under the
+        reference's numerics probabilities to ``[Phi(-clip), Phi(clip)]``; None
+        (the default): the numerics' own, 5 under ``"reference"`` and no clip under
+        ``"paper"``.
+      numerics: ``"reference"`` (the reference testbed's clipped probits,
+        probability floor and cell smoothing, the default) or ``"paper"`` (none
+        of them).
       num_samples: M, the number of belief samples the weights count: the
         reference's smoothing is in units of samples.
 
@@ -159,7 +213,7 @@ def partition_log_likelihood_and_cells(
     labels: jax.Array,
     log_weights: jax.Array,
     num_hyperplanes: int = 7,
-    probit_clip: float = 5.0,
+    probit_clip: float | None = None,
     numerics: Numerics = "reference",
     num_samples: int = 1000,
 ) -> tuple[jax.Array, jax.Array]:
@@ -172,6 +226,8 @@ def partition_log_likelihood_and_cells(
     """
     if numerics not in NUMERICS:
         raise ValueError(f"unknown numerics {numerics!r}; allowed: {', '.join(NUMERICS)}")
+    if probit_clip is None and numerics == "reference":
+        probit_clip = _REFERENCE_PROBIT_CLIP
     if log_probs.shape[0] == 1:
         return _one_member_log_likelihood(log_probs, labels, log_weights, probit_clip,
                                           numerics, num_samples), jnp.array(1, jnp.int32)

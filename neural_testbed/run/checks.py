@@ -20,9 +20,25 @@ from neural_testbed.likelihood import regression
 from neural_testbed.run import programs
 from neural_testbed.run.plan import WorkUnit
 
-__all__ = ["check_agent_on_problems", "check_memory", "largest_array", "largest_arrays"]
+__all__ = ["check_agent_on_problems", "check_exact_environment", "check_memory",
+           "largest_array", "largest_arrays"]
 
 MAX_INT32 = 2**31 - 1
+# Agents that are the exact posterior of the problem's known environment (told its true
+# kernel): there is none where the likelihood is not known (real data).
+NEEDS_EXACT_ENVIRONMENT = ("oracle_gp",)
+
+
+def check_exact_environment(agent_name: str, problems: Sequence[base.Problem]) -> None:
+    """Refuses an agent of :data:`NEEDS_EXACT_ENVIRONMENT` on a problem without a known
+    environment (``metric != "kl"``: real data), in one line."""
+    if agent_name not in NEEDS_EXACT_ENVIRONMENT:
+        return
+    real = next((p for p in problems if p.metric != "kl"), None)
+    if real is not None:
+        raise ValueError(f"agent {agent_name!r} is the exact posterior of a known Gaussian "
+                         f"process; {real.problem_id} is real data, which has none (the gp "
+                         "agent fits its kernel to the data)")
 
 
 def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
@@ -40,6 +56,7 @@ def check_agent_on_problems(agent_name: str, problems: Sequence[base.Problem],
         if spec.check_target is not None:
             for config in configs:
                 spec.check_target(config, target)
+    check_exact_environment(agent_name, problems)
     if "regression" in targets:
         regression.choose_estimator(100, estimator)
     for problem in problems:  # N test samples of tau + 1 inputs are counted in int32

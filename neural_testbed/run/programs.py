@@ -273,6 +273,7 @@ class UnitRunner:
                 self.key("train", size), self.train,
                 (agent_keys, instances, num_train, *self.values))
         compile_s += train_compile
+        reports = self._reports(states)
         evaluations = {}
         try:
             for tau, estimator in self.evaluations:
@@ -304,10 +305,22 @@ class UnitRunner:
                     "config_json": self.config_jsons[c], "agent_seed": self.agent_seed}
             rows += [rows_lib.evaluated_row(
                 ev, i, p, tau, estimator, keep_predictive=(tau, estimator) == self._keeps_predictive,
-                seconds=((build_s + train_s) / shares, compile_s / shares, eval_seconds), **keys)
+                seconds=((build_s + train_s) / shares, compile_s / shares, eval_seconds),
+                report={k: v[c][i] if self.values else v[i] for k, v in reports.items()}, **keys)
                      for i, p in enumerate(batch[:num_real])
                      for (tau, estimator), (ev, eval_seconds) in of_config.items()]
         return rows
+
+    def _reports(self, states) -> dict[str, np.ndarray]:
+        """The agent's report of each trained state (:attr:`base.Agent.report`): name ->
+        [[configs,] problems]; empty for an agent with none."""
+        report = None if self.on_host else self._agent.report
+        if report is None:
+            return {}
+        over_problems = jax.vmap(report)
+        values = (jax.vmap(over_problems) if self.values else over_problems)(states)
+        return {name: np.asarray(value, np.float64) for name, value in
+                jax.device_get(dict(values)).items()}
 
 
 def unit_runner(unit: WorkUnit, programs: Programs,

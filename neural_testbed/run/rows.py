@@ -4,7 +4,8 @@ failure, with every key column filled in from the problem and the run's settings
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,13 +50,22 @@ def result_row(agent_name: str, config_hash: str, config_json: str, problem: bas
         accuracy=None if regression else accuracy, ece=None if regression else ece, **values)
 
 
+def _finite_or_none(value) -> float | None:
+    """A number for the diagnostics' JSON: None (null) where it is not finite."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 def evaluated_row(ev: evaluation.Evaluation, i: int, problem: base.Problem, tau: int,
                   estimator: str, *, keep_predictive: bool, seconds: tuple[float, float, float],
+                  report: Mapping[str, float] | None = None,
                   **keys: Any) -> base.ProblemResult:
     """The row of problem ``i`` of a batch's evaluation ``ev`` (diagnostics summarised);
     failed where the agent's logits or the estimate are not finite. ``seconds``: (train,
-    compile, evaluate) of this row's share; ``keys``: :func:`result_row`'s agent_name,
-    config_hash, config_json and agent_seed."""
+    compile, evaluate) of this row's share; ``report``: the agent's report of its
+    training on this problem (:attr:`base.Agent.report`), kept in the diagnostics as
+    ``agent_<name>``; ``keys``: :func:`result_row`'s agent_name, config_hash,
+    config_json and agent_seed."""
     values = {name: float(np.asarray(getattr(ev, field))[i]) for name, field in (
         ("estimate", "kl"), ("estimate_stderr", "kl_stderr"), ("accuracy", "accuracy"),
         ("ece", "ece"))}  # the evaluator's kl is its estimate of the problem's metric
@@ -74,6 +84,8 @@ def evaluated_row(ev: evaluation.Evaluation, i: int, problem: base.Problem, tau:
                                         np.asarray(belief.noise_variance)[i])
     record = (diagnostics.as_regression_record(ev.diagnostics, i) if regression
               else diagnostics.as_record(ev.diagnostics, i))
+    record.update({f"agent_{name}": _finite_or_none(value)
+                   for name, value in (report or {}).items()})
     train_seconds, compile_seconds, eval_seconds = seconds
     return result_row(problem=problem, tau=tau, estimator=estimator, **keys, **values,
                       num_clipped=int(np.asarray(ev.num_clipped)[i]),

@@ -43,12 +43,14 @@ from neural_testbed.agents import (
     ensemble_plus,
     epinet,
     gp,
+    hmc,
     host,
     hypermodel,
     knn,
     laplace,
     logistic,
     mlp,
+    neural_process,
     oracle_gp,
     random_forest,
     sgmcmc,
@@ -80,6 +82,8 @@ SMALL = {
     # minibatch case is test_sgmcmc.py's).
     "sgmcmc": sgmcmc.SGMCMCConfig(learning_rate=1e-3, num_steps=60, burn_in=20,
                                   snapshot_every=10, hidden=(16,)),
+    "hmc": hmc.HMCConfig(num_chains=2, num_warmup_steps=5, num_sampling_steps=5, thinning=1,
+                         max_num_doublings=2, num_probe_inputs=4),
     "knn": knn.KnnConfig(num_neighbors=5, weighting="distance"),
     "random_forest": random_forest.RandomForestConfig(num_trees=10),
     "deep_kernel": deep_kernel.DeepKernelConfig(num_steps=20, hidden=(16, 6), sigma_squared=0.5),
@@ -87,13 +91,22 @@ SMALL = {
     "oracle_gp": oracle_gp.OracleGPConfig(),
     "gp": gp.GPConfig(num_steps=10),
     "cnp": cnp.CNPConfig(num_steps=10, encoder=(16, 16), decoder=(16,)),
+    "np": neural_process.NPConfig(num_steps=10, encoder=(16, 16), latent_encoder=(16,),
+                                  latent_dim=4, decoder=(16,)),
+    "anp": neural_process.ANPConfig(num_steps=10, encoder=(16, 16), latent_encoder=(16,),
+                                    latent_dim=4, decoder=(16,), query_encoder=(8,),
+                                    num_heads=2),
     "uniform": trivial.TrivialConfig(),
     "average_class_probs": trivial.TrivialConfig(),
 }
 # Agents whose index is a draw per call, not one function: the GPs' joint posterior draw at
-# the call's inputs, the CNP's independent draws at each of them.
-DRAW_PER_CALL = {"oracle_gp", "gp", "cnp"}
+# the call's inputs, the CNP's independent draws at each of them, the latent neural
+# processes' decoder draws at each of them (given one latent draw).
+DRAW_PER_CALL = {"oracle_gp", "gp", "cnp", "np", "anp"}
 NAMES = list(SMALL)
+# hmc's NUTS compiles for half a minute per program (its tree building), so its checks
+# are in the slow tier; its known-answer test is tests/agents/test_hmc.py.
+CASES = [pytest.param(n, marks=pytest.mark.slow) if n == "hmc" else n for n in NAMES]
 SEEDS = np.arange(4, dtype=np.int32)  # the keys of the belief indices every check draws
 
 
@@ -152,7 +165,7 @@ def _primary(spec) -> str:
     return spec.targets[0]
 
 
-@pytest.fixture(scope="module", params=NAMES)
+@pytest.fixture(scope="module", params=CASES)
 def trained(request) -> Trained:
     name = request.param
     spec = agents.get_agent(name)

@@ -30,3 +30,20 @@ def test_ece_weights_bins_by_their_size():
     probs, labels = jnp.concatenate([p1, p2]), jnp.concatenate([y1, y2])
     np.testing.assert_allclose(
         diagnostics.expected_calibration_error(probs, labels), 0.3 * 100 / 400, atol=1e-6)
+
+
+def test_reliability_diagram_has_li_and_zhus_ten_bins_and_the_ece_keeps_fifteen():
+    """Li & Zhu's diagram (section 4.2.1: "10 bins, each bin has range 0.1") over their
+    intervals I_m = ((m - 1)/M, m/M], so an edge belongs to the bin below it (0.5 to
+    (0.4, 0.5], 1 to (0.9, 1]); their ECE has 15 bins, and so does ours."""
+    confidence = jnp.array([0.5, 0.55, 0.62, 0.68, 0.91, 1.0, 0.999])
+    probs = jnp.stack([confidence, 1 - confidence], axis=1)  # class 0 predicted
+    labels = jnp.array([0, 0, 1, 0, 0, 0, 1])
+    count, correct, summed = diagnostics.reliability_diagram(probs, labels)
+    assert diagnostics.RELIABILITY_DIAGRAM_BINS == 10
+    np.testing.assert_array_equal(count, [0, 0, 0, 0, 1, 1, 2, 0, 0, 3])
+    np.testing.assert_array_equal(correct, [0, 0, 0, 0, 1, 1, 1, 0, 0, 2])
+    np.testing.assert_allclose(summed, [0, 0, 0, 0, 0.5, 0.55, 1.30, 0, 0, 2.909], rtol=1e-6)
+    # The ECE's bins are the 15 of [m/15, (m+1)/15): 0.5 in [7/15, 8/15).
+    ece_count = np.asarray(diagnostics.reliability_bins(probs, labels)[0])
+    assert ece_count.shape == (15,) and ece_count[7] == 1

@@ -1,7 +1,7 @@
 """Grover et al.'s probes: the arithmetic on hand-made cases, and the exact GP posterior's
-known behaviour (self-certainty falls with T, uncertainty grows with the distance to the
-data, inclusion matches what the posterior expects, uncertainty-reduction equals
-conditioning on the added pairs in closed form)."""
+known behaviour (self-certainty falls with T, its MSE is its mean posterior variance,
+uncertainty grows with the distance to the data, inclusion matches what the posterior
+expects, uncertainty-reduction equals conditioning on the added pairs in closed form)."""
 
 import functools
 
@@ -24,6 +24,7 @@ _belief_samples = jax.jit(probes.belief_samples, static_argnums=(1, 4))
 _moments = jax.jit(probes.moments)
 _self_certainty = jax.jit(probes.self_certainty)
 _inclusion = jax.jit(probes.inclusion, static_argnums=3)
+_mean_squared_error = jax.jit(probes.mean_squared_error)
 _uncertainty_increase = jax.jit(probes.uncertainty_increase, static_argnums=3)
 _uncertainty_reduction = jax.jit(probes.uncertainty_reduction)
 _nearest_training_input = jax.jit(probes.nearest_training_input)
@@ -100,6 +101,8 @@ def test_the_probes_arithmetic_on_hand_made_cases():
     mean = np.array([0.5, 1.5, 2.5, -3.5], np.float32)
     np.testing.assert_allclose(_inclusion(f, mean, std, (1.0, 2.0, 3.0, 4.0)),
                                [0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_allclose(_mean_squared_error(f, mean),  # (0.25 + 2.25 + 6.25 + 12.25) / 4
+                               5.25, rtol=1e-6)
     np.testing.assert_allclose(_uncertainty_reduction(np.array([2.0, 1.0], np.float32),
                                                       np.array([1.0, 1.5], np.float32)),
                                [0.75, 0.25])
@@ -154,6 +157,20 @@ def test_the_exact_posteriors_uncertainty_grows_with_the_distance_to_the_data(th
     assert np.all(steps_mean > 4 * steps_se), (steps_mean, steps_se)
     deltas = np.mean([p["increase"][0] for p in thirty_problems], axis=0)
     assert np.all(np.diff(deltas) > 0)
+
+
+def test_the_exact_posteriors_mse_is_its_mean_posterior_variance(thirty_problems):
+    # Given the data, f at a pool input is N(mean, v) under the exact posterior, so the
+    # expected (f - mean)^2 is v: over 30 independent problems the mean of MSE - mean(v)
+    # is 0 within 4 standard errors, while the prior mean's error, mean f^2, is larger by
+    # more than 4 (d = 2, T = 10).
+    mse = [float(_mean_squared_error(p["pool_f"], p["mean"])) for p in thirty_problems]
+    variance = [float(np.mean(p["variance"])) for p in thirty_problems]
+    mean, se = _mean_and_se(np.array(mse) - np.array(variance))
+    assert abs(mean) < 4 * se, (mean, se)
+    trivial = [float(np.mean(np.asarray(p["pool_f"]) ** 2)) for p in thirty_problems]
+    mean, se = _mean_and_se(np.array(trivial) - np.array(mse))
+    assert mean > 4 * se, (mean, se)
 
 
 def test_the_exact_posteriors_inclusion_is_what_it_expects(thirty_problems):

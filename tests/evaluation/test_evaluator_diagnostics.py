@@ -121,7 +121,8 @@ def test_the_split_parts_add_up_through_the_evaluator():
     # They disagree (a little: the environment is confident at temperature 0.1).
     assert parts["epistemic"] > 1e-3 and parts["mutual_information"] > 1e-3
     np.testing.assert_allclose(d.split_out[0] + d.split_out[1], d.split_out[2], rtol=1e-5)
-    # The reliability bins hold every test input.
+    # The reliability diagram's 10 bins (Li & Zhu's) hold every test input.
+    assert d.reliability.shape == (3, diagnostics.RELIABILITY_DIAGRAM_BINS)
     assert float(jnp.sum(d.reliability[0])) == NUM_TEST
 
 

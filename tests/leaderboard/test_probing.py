@@ -90,6 +90,12 @@ def test_the_exact_posteriors_probes_through_its_belief_samples():
         assert abs(got.uncertainty_reduction_signed[i] - exact[1]) <= bound
     assert got.uncertainty_reduction_signed[1] > got.uncertainty_reduction_signed[0] > 0
 
+    # The sampled mean is off by at most e = 5 sqrt(v / M) at each input (as above), so its
+    # squared error of f by at most e (2 |f - mean| + e) there: the MSE by their mean.
+    off = 5 * np.sqrt(variance / m)
+    exact_mse = np.mean((env.pool_f - mean) ** 2)
+    assert abs(got.mse - exact_mse) <= np.mean(off * (2 * np.abs(env.pool_f - mean) + off))
+
     ks = np.array(SETTINGS.inclusion_ks)[:, None]
     # The sampled mean is off by at most 5 sqrt(v / M), s by eps v / (2 s): inclusion can
     # differ only at inputs whose |f - mean| is within those of k s.
@@ -121,16 +127,19 @@ def test_probe_a_single_model_exactly_through_the_command(tmp_path, capsys):
     captured = capsys.readouterr()
     records = _records(captured.out)
     values = {(r["probe"], r["at"]): r for r in records}
-    assert len(values) == len(records) == 11
+    assert len(values) == len(records) == 12
     assert {r["d"] for r in records} == {"1"} and {r["T"] for r in records} == {"1"}
     assert all(r["problems"] == "1" and r["se"] == "nan" for r in records)
     for (probe, at), r in values.items():
-        want = {"inclusion_expected": 1.0, "delta": None, "inclusion": None}.get(probe, 0.0)
+        want = {"inclusion_expected": 1.0, "delta": None, "inclusion": None,
+                "mse": None}.get(probe, 0.0)
         if want is not None:
             assert float(r["mean"]) == want, (probe, at, r["mean"])
     assert 0 <= float(values["inclusion", "k=1"]["mean"]) <= 1
+    assert 0 < float(values["mse", ""]["mean"]) < np.inf
     assert 0 < float(values["delta", "bin=1/2"]["mean"]) < float(values["delta", "bin=2/2"]["mean"])
-    for name in ("variance_by_distance", "self_certainty", "inclusion", "uncertainty_reduction"):
+    for name in ("variance_by_distance", "self_certainty", "mse", "inclusion",
+                 "uncertainty_reduction"):
         assert (out / f"{name}.png").stat().st_size > 0
     assert "wrote" in captured.err and "time:" in captured.err
 
@@ -172,8 +181,8 @@ def test_the_command_refuses_an_output_it_cannot_write_before_any_work(tmp_path,
 def _made_up(value):
     """Probes of one problem, every entry ``value`` (two of each parameter)."""
     two = np.full(2, value)
-    return probing.ProblemProbes(np.float32(value), two, two, two, two, two, two,
-                                 np.zeros(3), np.zeros(3))
+    return probing.ProblemProbes(np.float32(value), np.float32(value), two, two, two, two, two,
+                                 two, np.zeros(3), np.zeros(3))
 
 
 def test_summaries_are_means_and_standard_errors_over_a_strata_problems():
@@ -182,19 +191,21 @@ def test_summaries_are_means_and_standard_errors_over_a_strata_problems():
                                                   seed=i) for i, t in enumerate((3, 3, 3, 7))]
     results = [(p, _made_up(v)) for p, v in zip(problems, (1.0, 2.0, 6.0, 5.0))]
     records = probing.summarise(results, settings)
-    assert len(records) == 2 * (1 + 6 * 2)  # two strata; self-certainty and 6 probes of 2
+    assert len(records) == 2 * (2 + 6 * 2)  # two strata; self-certainty, MSE, 6 probes of 2
     for r in records:
         if r["T"] == 3:  # values 1, 2, 6: mean 3, sample sd sqrt(7), se sqrt(7 / 3)
             assert (r["problems"], r["mean"]) == (3, 3.0)
             assert r["se"] == pytest.approx(math.sqrt(7 / 3))
         else:
             assert r["problems"] == 1 and r["mean"] == 5.0 and math.isnan(r["se"])
-    assert [r["at"] for r in records[:5]] == ["", "k=1", "k=2", "k=1", "k=2"]
+    assert [r["at"] for r in records[:6]] == ["", "", "k=1", "k=2", "k=1", "k=2"]
+    assert [r["probe"] for r in records[:3]] == ["self_certainty", "mse", "inclusion"]
     text = probing.format_text(records)
     assert "d = 1, noise variance 0.01, T = 3 (3 problems, mean ± se)" in text
     assert "k=1: 3 ± 1.5 (expected 3 ± 1.5)" in text
+    assert "  MSE of the mean" + " " * 13 + "3 ± 1.5\n" in text
     assert "delta=5: 5   delta=5: 5" in text  # one problem: no standard error
     per_problem = probing.summarise(results, settings, per_problem=True)
-    assert len(per_problem) == 4 * 13
+    assert len(per_problem) == 4 * 14
     assert {r["problem_id"] for r in per_problem} == {p.problem_id for p in problems}
     assert "regression/3: d = 1, noise variance 0.01, T = 7" in probing.format_text(per_problem)

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from neural_testbed import agents, base, evaluation, leaderboard
+from neural_testbed.leaderboard import scoring
+from neural_testbed.leaderboard import store as store_lib
 from neural_testbed.run import programs as runner
 
 PAPER = leaderboard.get_sweep("paper")
@@ -289,3 +291,25 @@ def test_the_progress_bar_says_when_it_is_compiling(capsys):
     assert any("0/2" in s and "compiling" in s for s in states), states
     assert not any("1/2" in s and "compiling" in s for s in states), states  # same programs
     assert "2/2" in states[-1] and "compiling" not in states[-1], states
+
+
+def test_an_agents_report_is_kept_in_each_row_and_an_unconverged_problem_is_flagged():
+    """base.Agent.report: a toy report of the trained state (converged on the first
+    problem, not on the second, told apart by T) lands in every row's diagnostics as
+    agent_<name>, and the leaderboard flags the one problem."""
+    problems = _small(["classification_2d/20", "classification_2d/40"], taus=(1,))
+
+    def reporting(shapes):
+        agent = FAST_MLP(shapes)
+        return agent._replace(report=lambda state: {
+            "converged": (jnp.abs(state[0]["w"]).sum() < 0).astype(jnp.float32),  # never
+            "rhat": jnp.float32(1.5)})
+
+    rows = leaderboard.run_agent(reporting, problems[:1], "mlp", progress=False)
+    rows += leaderboard.run_agent(FAST_MLP, problems[1:], "mlp", progress=False)
+    reports = [{k: v for k, v in json.loads(r.diagnostics).items() if k.startswith("agent_")}
+               for r in rows]
+    assert reports == [{"agent_converged": 0.0, "agent_rhat": 1.5}, {}]
+    stored = [store_lib.StoredRow(**r.as_dict(), version="0", timestamp="t") for r in rows]
+    records, _ = scoring.score_agents(stored, {p.problem_id: p for p in problems})
+    assert records[0]["flag"] == "UNCONVERGED on 1 problem"

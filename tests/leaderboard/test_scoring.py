@@ -429,3 +429,28 @@ def test_setting_columns_are_named_by_the_problems_one_meaning_each(sweep, colum
     pooled = [r for r in scoring.compare_agents(rows, problems, "a", ["base"])
               if r["scope"] == "pooled"]
     assert pooled and all({c: r[c] for c in columns} == dict.fromkeys(columns) for r in pooled)
+
+
+def test_the_floor_columns_are_each_agents_paired_excess_over_the_floor_agent():
+    """Hand-computed: agent a is the floor plus 0.1 on the T = 10 problems and plus 0.3 on
+    the T = 100 ones at tau 1, so its excess is 0.2, and its paired standard error is 0
+    (no spread within a setting); the floor itself is 0 above; without floor rows the
+    columns are NaN with a warning."""
+    floor_kl = {"classification_2d/90": 0.5, "classification_2d/91": 0.9,
+                "classification_2d/110": 0.2, "classification_2d/111": 0.4}
+    rows = []
+    for pid, kl in floor_kl.items():
+        extra = 0.1 if PAPER[pid].num_train == 10 else 0.3
+        for tau in PAPER[pid].taus:
+            rows += [_row("base", "X", pid, tau, kl * tau), _row("a", "A", pid, tau, kl * tau + extra)]
+    defaults = {**DEFAULTS, "hmc": "X"}
+    records, _ = scoring.score_agents([r for r in rows], PROBLEMS, defaults=defaults,
+                                      baseline="base", floor="base")
+    got = {r["agent"]: r for r in records}
+    assert got["a"]["kl_1_above_floor"] == pytest.approx(0.2)
+    assert got["a"]["kl_1_above_floor_stderr"] == pytest.approx(0.0, abs=1e-12)
+    assert got["base"]["kl_100_above_floor"] == pytest.approx(0.0)
+    records, warnings = scoring.score_agents(rows, PROBLEMS, defaults=defaults,
+                                             baseline="base", floor="hmc")
+    assert all(math.isnan(r["kl_1_above_floor"]) for r in records)
+    assert any("no hmc default-config results" in str(w) for w in warnings)

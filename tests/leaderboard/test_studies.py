@@ -2,6 +2,7 @@
 metrics, compare --metric, merge and export."""
 
 import csv
+import functools
 import io
 import json
 import math
@@ -12,7 +13,7 @@ import pytest
 
 from neural_testbed import active, agents, cli, leaderboard
 from neural_testbed.active import tal
-from neural_testbed.leaderboard import configs, probing, studies
+from neural_testbed.leaderboard import configs, probing, studies, study_runs
 from neural_testbed.run import rows as run_rows
 
 QUICK = leaderboard.get_sweep("regression-quick")
@@ -111,7 +112,7 @@ def test_probe_resumes_from_the_store_and_a_rerun_prints_the_same(tmp_path, caps
     assert "0 problems computed, 2 reused" in again.err
     assert again.out == resumed.out
     assert _without_timings(again.err) == _without_timings(resumed.err) + [
-        f"wrote {out / name}.png" for name in ("variance_by_distance", "self_certainty",
+        f"wrote {out / name}.png" for name in ("variance_by_distance", "self_certainty", "mse",
                                                "inclusion", "uncertainty_reduction")]
     assert first.out.split()[1:] == [line for line in resumed.out.split()[1:]
                                      if line.startswith("regression/0,")]
@@ -121,6 +122,36 @@ def test_probe_resumes_from_the_store_and_a_rerun_prints_the_same(tmp_path, caps
     probes = studies.probe_result(record)
     assert probes.distance.shape == probes.variance.shape == (1000,)
     assert probes.distance.dtype == np.float32 and float(probes.self_certainty) == 0.0
+
+
+def test_a_probe_record_without_the_mse_is_probed_again_and_replaced(tmp_path, monkeypatch):
+    """A record stored before the MSE probe (it lacks a probe of PROBES) is not reused: that
+    problem is computed again and its record replaced; a complete record is reused."""
+    db = str(tmp_path / "r.db")
+    config = agents.MLPConfig()
+    old = studies.probe_record("mlp", config, "regression/0", _fake_probes(0.5), PROBE_SETTINGS)
+    old["data"] = json.dumps([e for e in json.loads(old["data"]) if e["probe"] != "mse"],
+                             sort_keys=True, separators=(",", ":"))
+    kept = studies.probe_record("mlp", config, "regression/1", _fake_probes(0.25, mse=0.125),
+                                PROBE_SETTINGS)
+    with leaderboard.ResultsStore(db) as store:
+        store.write_studies([old, kept])
+    assert not studies.probe_record_is_complete(old) and studies.probe_record_is_complete(kept)
+    computed = []
+
+    def probe_problems(build, problems, settings, progress=True, desc="probe"):
+        for problem in problems:
+            computed.append(problem.problem_id)
+            yield problem, _fake_probes(0.5, mse=0.375)
+
+    monkeypatch.setattr(probing, "probe_problems", probe_problems)
+    problems = [QUICK["regression/0"], QUICK["regression/1"]]
+    run = study_runs.run_probes(db, "mlp", functools.partial(agents.make_mlp_agent, config),
+                                config, problems, PROBE_SETTINGS, progress=False)
+    assert computed == ["regression/0"] and (run.computed, run.reused) == (1, 1)
+    assert [float(result.mse) for _, result in run.results] == [0.375, 0.125]
+    with leaderboard.ResultsStore(db, create=False) as store:
+        assert len(store.studies(agent="mlp", study="probe")) == 2
 
 
 def _fake_tal(problem_id, batchmig_first, random_first, metacorrelation=0.5):
@@ -133,10 +164,10 @@ def _fake_tal(problem_id, batchmig_first, random_first, metacorrelation=0.5):
         metacorrelation, 1.5)
 
 
-def _fake_probes(self_certainty):
+def _fake_probes(self_certainty, mse=0.75):
     two = np.array([0.25, 0.5], np.float32)
-    return probing.ProblemProbes(np.float32(self_certainty), two[:1], two[:1], two, two,
-                                 two[:1], two[:1], np.arange(4, dtype=np.float32),
+    return probing.ProblemProbes(np.float32(self_certainty), np.float32(mse), two[:1], two[:1],
+                                 two, two, two[:1], two[:1], np.arange(4, dtype=np.float32),
                                  np.ones(4, np.float32))
 
 

@@ -260,9 +260,10 @@ def test_partition_is_finite_and_exact_for_large_gaps_between_members(gap, numer
     y = np.zeros(tau, np.int32)
     log_w = np.log([0.3, 0.7]).astype(np.float32)
     split = 0
+    probit_clip = 5.0 if numerics == "reference" else None  # the paper's are unclipped
     for seed in range(12):
         key = jax.random.key(seed)
-        cells = np.asarray(_partition_cells(key, log_probs))
+        cells = np.asarray(_partition_cells(key, log_probs, probit_clip=probit_clip))
         split += len(set(cells)) == 2
         est = _partition(key, log_probs, y, log_w, numerics=numerics)
         expected = _algorithm4_in_float64(cells, np.asarray(log_probs)[..., 0], log_w, numerics)
@@ -304,3 +305,56 @@ def test_one_member_is_its_own_cell_and_skips_the_empty_cells(numerics):
         s = np.log(1e-6 / 1000)
         expected = np.sum(np.logaddexp(floored, s) - np.logaddexp(0.0, s))
         np.testing.assert_allclose(float(alone), expected, rtol=1e-6)
+
+
+# ----- The probits that place members in cells ------------------------------------------
+def test_unclipped_probits_are_exact_in_both_tails_and_finite_at_0_and_1():
+    """The paper's probits (no clip) from float32 log-probabilities: within float32
+    rounding of Phi^-1 computed in float64 (scipy's ndtri_exp, the inverse of log Phi),
+    for logit gaps from 0 to 10^6 nats, where ndtri(exp(log p)) is +inf in the upper tail
+    from about 17 nats and -inf in the lower from about 87; with K = 2 the two probits are
+    each other's negatives; a probability of exactly 0 or 1 gives a finite probit beyond
+    every other."""
+    from scipy.special import ndtri_exp
+
+    probits = jax.jit(likelihood.estimators._probits)
+    gaps = np.array([0.0, 0.5, 3.0, 10.0, 16.0, 20.0, 40.0, 86.0, 90.0, 150.0, 500.0,
+                     1e4, 1e6, np.inf], np.float32)  # the last: p = 0 and p = 1 exactly
+    got = np.asarray(probits(jax.nn.log_softmax(jnp.stack([-gaps, jnp.zeros_like(gaps)], -1))))
+    lower = ndtri_exp(-np.logaddexp(0.0, gaps[:-1].astype(np.float64)))  # class 0, p <= 1/2
+    # Relative rounding of float32 inputs, amplified near p = 1/2 (gap 0.5: Phi^-1 ~ -0.31).
+    np.testing.assert_allclose(got[:-1, 0], lower, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got[:, 1], -got[:, 0])
+    assert np.all(np.isfinite(got)) and got[-1, 1] > 1e10 and np.all(np.diff(got[:, 1]) > 0)
+    # K = 3: only the most likely class can be above 1/2; the others are Phi^-1(p).
+    probs = np.array([[0.2, 0.3, 0.5], [1e-30, 0.25, 0.75], [0.9, 0.05, 0.05]])
+    got3 = np.asarray(probits(jnp.log(jnp.asarray(probs, jnp.float32))))
+    np.testing.assert_allclose(got3, ndtri_exp(np.log(probs)), rtol=2e-6, atol=1e-6)
+
+
+def test_the_papers_numerics_place_members_by_their_unclipped_probits():
+    """Two members that differ only where both are beyond the reference's clip (label
+    probabilities 1e-9 on the first half of the inputs and 1e-30 on the second, and the
+    other way round: every probit below -5): the reference's clipped probits never tell
+    them apart, the paper's split them under some hyperplanes, and the estimate is then
+    Algorithm 4 in float64 on those cells."""
+    tau = 10
+    half = [1e-9] * (tau // 2)
+    tail = [1e-30] * (tau // 2)
+    label_log_probs = np.log(np.array([half + tail, tail + half]))  # [2, tau]
+    log_probs = np.stack([label_log_probs, np.log1p(-np.exp(label_log_probs))],
+                         axis=-1).astype(np.float32)
+    y = np.zeros(tau, np.int32)
+    log_w = np.log([0.5, 0.5]).astype(np.float32)
+    split = 0
+    for seed in range(20):
+        key = jax.random.key(seed)
+        clipped = np.asarray(_partition_cells(key, log_probs))
+        unclipped = np.asarray(_partition_cells(key, log_probs, probit_clip=None))
+        assert clipped[0] == clipped[1]
+        split += unclipped[0] != unclipped[1]
+        est = _partition(key, log_probs, y, log_w, numerics="paper")
+        expected = _algorithm4_in_float64(unclipped, np.asarray(log_probs)[..., 0], log_w,
+                                          "paper")
+        np.testing.assert_allclose(float(est), expected, rtol=1e-5)
+    assert split > 0  # the placement differs, and with it the estimate
