@@ -25,8 +25,28 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Dataset", "BUILT_IN", "STAND_INS", "load_dataset", "load_file",
+__all__ = ["Dataset", "DatasetStratum", "BUILT_IN", "STAND_INS", "load_dataset", "load_file",
            "stand_in_notes"]
+
+
+class DatasetStratum:
+    """What a real-data problem (classification or regression) is stratified by: its
+    dataset and its T. A mixin for problems with ``dataset`` and ``num_train`` fields."""
+
+    @property
+    def dataset_name(self) -> str:
+        """The dataset's short name: the built-in name, or the file's name."""
+        return pathlib.Path(self.dataset).name
+
+    @property
+    def stratum(self) -> tuple[str, int]:
+        return self.dataset_name, self.num_train
+
+    @property
+    def stratum_columns(self) -> dict[str, str | int]:
+        """The stratum's coordinates by name, as score records carry them."""
+        return {"dataset": self.dataset_name, "num_train": self.num_train}
+
 
 # name -> scikit-learn loader function name
 BUILT_IN = {

@@ -45,7 +45,7 @@ PROBLEM_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
-class RealClassificationProblem:
+class RealClassificationProblem(datasets_lib.DatasetStratum):
     """T training rows of one dataset, tested on tau-samples of its test split."""
 
     problem_id: str  # stable id, e.g. "iris/17"
@@ -84,20 +84,6 @@ class RealClassificationProblem:
                                        or isinstance(self.kappa, bool) or self.kappa < 1):
             raise ValueError(f"{self.problem_id}: kappa must be None (i.i.d. test rows) or an "
                              f"integer >= 1, got {self.kappa!r}")
-
-    @property
-    def dataset_name(self) -> str:
-        """The dataset's short name: the built-in name, or the file's name."""
-        return pathlib.Path(self.dataset).name
-
-    @property
-    def stratum(self) -> tuple[str, int]:
-        return self.dataset_name, self.num_train
-
-    @property
-    def stratum_columns(self) -> dict[str, str | int]:
-        """The stratum's coordinates by name, as score records carry them."""
-        return {"dataset": self.dataset_name, "num_train": self.num_train}
 
     @property
     def shape(self) -> tuple:

@@ -56,6 +56,7 @@ import jax
 import numpy as np
 
 from neural_testbed import base, gaussian_process
+from neural_testbed.generative import datasets as datasets_lib
 
 __all__ = [
     "BUILT_IN",
@@ -325,7 +326,7 @@ class RealRegressionEnvironment(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class RealRegressionProblem:
+class RealRegressionProblem(datasets_lib.DatasetStratum):
     """One seed's 20/20/60 split of a dataset, scored by the NLL of joint predictions."""
 
     problem_id: str  # stable id, e.g. "diabetes/3"
@@ -400,20 +401,6 @@ class RealRegressionProblem:
         """The fitted Gaussian process's noise variance, told to agents (computed on first
         use: the fit reads the split)."""
         return self.split().noise_variance
-
-    @property
-    def dataset_name(self) -> str:
-        """The dataset's short name: the built-in name, or the file's name."""
-        return pathlib.Path(self.dataset).name
-
-    @property
-    def stratum(self) -> tuple[str, int]:
-        return self.dataset_name, self.num_train
-
-    @property
-    def stratum_columns(self) -> dict[str, str | int]:
-        """The stratum's coordinates by name, as score records carry them."""
-        return {"dataset": self.dataset_name, "num_train": self.num_train}
 
     @property
     def shape(self) -> tuple:
