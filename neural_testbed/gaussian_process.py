@@ -26,6 +26,7 @@ __all__ = [
     "RIDGE",
     "condition",
     "correlation",
+    "covariance_root",
     "joint_sample",
     "log_marginal_likelihood",
     "posterior_at",
@@ -110,7 +111,12 @@ def log_marginal_likelihood(kernel: str | Kernel, data: base.Data, noise_varianc
 
 
 def joint_sample(key: jax.Array, mean: jax.Array, cov: jax.Array) -> jax.Array:
-    """One draw ``[n]`` from ``N(mean, cov)``.
+    """One draw ``[n]`` from ``N(mean, cov)``, through :func:`covariance_root`."""
+    return mean + covariance_root(cov) @ jax.random.normal(key, mean.shape)
+
+
+def covariance_root(cov: jax.Array) -> jax.Array:
+    """``root [n, n]`` with ``root root^T = cov``, for drawing from ``N(., cov)``.
 
     A repeated input has a singular covariance: a square root by eigenvalues
     (clipped at 0) draws from it where a Cholesky factor would not exist. On a GPU,
@@ -120,9 +126,7 @@ def joint_sample(key: jax.Array, mean: jax.Array, cov: jax.Array) -> jax.Array:
     repeated inputs are set aside first (:func:`square_root_of_distinct`); a CPU keeps
     LAPACK's square root of the whole matrix, and its draws as they were.
     """
-    root = jax.lax.platform_dependent(cov, default=square_root,
-                                      cuda=square_root_of_distinct)
-    return mean + root @ jax.random.normal(key, mean.shape)
+    return jax.lax.platform_dependent(cov, default=square_root, cuda=square_root_of_distinct)
 
 
 def square_root(cov: jax.Array) -> jax.Array:

@@ -29,7 +29,8 @@ from: one piece compiles faster in them. And with XLA's CPU kernels on one threa
 process (``--xla_cpu_multi_thread_eigen=false``): the suite runs one process per core plus
 one, so each process's pool of a thread per core only oversubscribed the cores (the
 changelog's history has the suite's time with and without it; the programs and their
-numbers are the same). A flag is set only if this JAX's XLA accepts it (XLA ends a process on an unknown flag,
+numbers are the same). And with OpenBLAS, which runs the programs' LAPACK calls, on one
+thread, as the command runs it (``benchmarks/openblas_threads.py``). A flag is set only if this JAX's XLA accepts it (XLA ends a process on an unknown flag,
 so a short subprocess checks first); flags that ``XLA_FLAGS`` already names are left
 as they are.
 """
@@ -95,6 +96,9 @@ def pytest_configure(config):
     os.environ["NEURAL_TESTBED_CACHE_DIR"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
     for name, value in _SETTINGS.items():
         os.environ.setdefault(name, value)
+    # As the command sets it (cli._set_up): before scipy's OpenBLAS is loaded, at the first
+    # LAPACK call of a program.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if "jax" in sys.modules:  # imported before this hook ran: set its options directly
         import jax
 

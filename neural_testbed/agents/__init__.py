@@ -50,6 +50,7 @@ from neural_testbed.agents.registry import (
     unregister,
 )
 from neural_testbed.agents.sgmcmc import SGMCMCConfig, make_sgmcmc_agent, sgmcmc_sweep
+from neural_testbed.agents.svgp import SVGPConfig, make_svgp_agent, svgp_sweep
 
 __all__ = [
     "AGENTS",
@@ -73,6 +74,7 @@ __all__ = [
     "OracleGPConfig",
     "RandomForestConfig",
     "SGMCMCConfig",
+    "SVGPConfig",
     "anp_sweep",
     "bbb_sweep",
     "cnp_sweep",
@@ -108,6 +110,7 @@ __all__ = [
     "make_oracle_gp_agent",
     "make_random_forest_agent",
     "make_sgmcmc_agent",
+    "make_svgp_agent",
     "mlp_sweep",
     "np_sweep",
     "oracle_gp_sweep",
@@ -115,5 +118,6 @@ __all__ = [
     "random_forest_sweep",
     "register",
     "sgmcmc_sweep",
+    "svgp_sweep",
     "unregister",
 ]

@@ -38,6 +38,7 @@ from neural_testbed.agents import (
     oracle_gp,
     random_forest,
     sgmcmc,
+    svgp,
     trivial,
 )
 
@@ -230,6 +231,15 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         description="the Bayes-optimal floor: NUTS on the environment's own model and prior "
                     "(blackjax, the hmc extra), R-hat and ESS in each row",
         targets=("classification",),
+    ),
+    "svgp": AgentSpec(
+        config_type=svgp.SVGPConfig,
+        default=svgp.SVGPConfig(),
+        sweep=svgp.svgp_sweep,
+        make=svgp.make_svgp_agent,
+        description="sparse variational GP (Hensman et al.), RBF kernel with ARD and M inducing "
+                    "inputs fitted on the ELBO, one GP per output",
+        targets=("classification", "regression"),
     ),
     "knn": AgentSpec(
         config_type=knn.KnnConfig,

@@ -69,6 +69,12 @@ def _set_up(args) -> None:
     compilation_cache.py and run.programs.MATMUL_PRECISION), and agents from plugins and
     ``--import`` are registered."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    # On a CPU a program's LAPACK calls (triangular solves, inverses) run in scipy's
+    # OpenBLAS, whose pool of a thread per core waits for the cores XLA's threads hold:
+    # one thread is many times faster (benchmarks/openblas_threads.py). OpenBLAS reads
+    # this when scipy loads it, at the first such call, after this; the workers a run
+    # starts inherit it. A value the user set is kept.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     compilation_cache.enable()
     programs.use_full_float32_products()
     plugins.load_entry_points()

@@ -54,6 +54,7 @@ from neural_testbed.agents import (
     oracle_gp,
     random_forest,
     sgmcmc,
+    svgp,
     trivial,
 )
 from neural_testbed.leaderboard import config_batches
@@ -84,6 +85,7 @@ SMALL = {
                                   snapshot_every=10, hidden=(16,)),
     "hmc": hmc.HMCConfig(num_chains=2, num_warmup_steps=5, num_sampling_steps=5, thinning=1,
                          max_num_doublings=2, num_probe_inputs=4),
+    "svgp": svgp.SVGPConfig(num_inducing=4, num_steps=10, num_samples=2),
     "knn": knn.KnnConfig(num_neighbors=5, weighting="distance"),
     "random_forest": random_forest.RandomForestConfig(num_trees=10),
     "deep_kernel": deep_kernel.DeepKernelConfig(num_steps=20, hidden=(16, 6), sigma_squared=0.5),
@@ -100,9 +102,9 @@ SMALL = {
     "average_class_probs": trivial.TrivialConfig(),
 }
 # Agents whose index is a draw per call, not one function: the GPs' joint posterior draw at
-# the call's inputs, the CNP's independent draws at each of them, the latent neural
+# the call's inputs (svgp's too), the CNP's independent draws at each of them, the latent neural
 # processes' decoder draws at each of them (given one latent draw).
-DRAW_PER_CALL = {"oracle_gp", "gp", "cnp", "np", "anp"}
+DRAW_PER_CALL = {"oracle_gp", "gp", "svgp", "cnp", "np", "anp"}
 NAMES = list(SMALL)
 # hmc's NUTS compiles for half a minute per program (its tree building), so its checks
 # are in the slow tier; its known-answer test is tests/agents/test_hmc.py.
