@@ -35,6 +35,7 @@ from neural_testbed.agents.neural_process import (
     make_np_agent,
     np_sweep,
 )
+from neural_testbed.agents.nng import NNGConfig, make_nng_agent, nng_sweep
 from neural_testbed.agents.oracle_gp import OracleGPConfig, make_oracle_gp_agent, oracle_gp_sweep
 from neural_testbed.agents.random_forest import (
     RandomForestConfig,
@@ -70,6 +71,7 @@ __all__ = [
     "LaplaceConfig",
     "LogisticConfig",
     "MLPConfig",
+    "NNGConfig",
     "NPConfig",
     "OracleGPConfig",
     "RandomForestConfig",
@@ -106,12 +108,14 @@ __all__ = [
     "make_laplace_agent",
     "make_logistic_agent",
     "make_mlp_agent",
+    "make_nng_agent",
     "make_np_agent",
     "make_oracle_gp_agent",
     "make_random_forest_agent",
     "make_sgmcmc_agent",
     "make_svgp_agent",
     "mlp_sweep",
+    "nng_sweep",
     "np_sweep",
     "oracle_gp_sweep",
     "parse_overrides",

@@ -35,6 +35,7 @@ from neural_testbed.agents import (
     logistic,
     mlp,
     neural_process,
+    nng,
     oracle_gp,
     random_forest,
     sgmcmc,
@@ -231,6 +232,16 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         description="the Bayes-optimal floor: NUTS on the environment's own model and prior "
                     "(blackjax, the hmc extra), R-hat and ESS in each row",
         targets=("classification",),
+    ),
+    "nng": AgentSpec(
+        config_type=nng.NNGConfig,
+        default=nng.NNGConfig(),
+        sweep=nng.nng_sweep,
+        make=nng.make_nng_agent,
+        batchable=("learning_rate", "prior_variance"),
+        description="noisy natural gradient (Zhang et al.): noisy K-FAC, a matrix-variate "
+                    "Gaussian over each layer (Wang et al.'s NNG)",
+        targets=("classification", "regression"),
     ),
     "svgp": AgentSpec(
         config_type=svgp.SVGPConfig,

@@ -22,6 +22,7 @@ __all__ = [
     "data_loss",
     "is_regression",
     "mean_over_pairs",
+    "minibatch_sampler",
     "temperature",
     "train_minibatch",
     "weight_decay_scale",
@@ -103,6 +104,27 @@ def adam_with_l2(learning_rate: float, scale) -> optax.GradientTransformation:
     return optax.chain(optax.add_decayed_weights(2 * scale), optax.adam(learning_rate))
 
 
+def minibatch_sampler(data: base.Data, batch_size: int) -> Callable[[jax.Array], base.Data]:
+    """``key -> batch``: ``batch_size`` training pairs drawn with replacement (no mask).
+
+    With ``data.mask``, the draws are among the rows it marks, in order: the i-th pair
+    is drawn exactly when it would be from the pairs alone, so padding changes no draw.
+    The pairs' rows are found once, here, not at each draw.
+    """
+    num_train = base.num_pairs(data)
+    rows = None  # the pairs' rows in order, where a mask says which they are
+    if data.mask is not None:
+        rows = jnp.nonzero(data.mask, size=data.mask.shape[0], fill_value=0)[0]
+
+    def draw(key: jax.Array) -> base.Data:
+        idx = jax.random.randint(key, (batch_size,), 0, num_train)
+        if rows is not None:
+            idx = rows[idx]
+        return base.Data(x=data.x[idx], y=data.y[idx])
+
+    return draw
+
+
 def train_minibatch(
     key: jax.Array,
     loss_fn: LossFn,
@@ -121,28 +143,22 @@ def train_minibatch(
     to ``params``; ``key`` is for its own randomness (dropout masks, weight
     draws); ``batch`` holds pairs only (no mask).
 
-    With ``data.mask``, the draws are among the rows it marks, in order: the i-th
-    pair is drawn exactly when it would be from the pairs alone, so padding changes
-    no draw. ``num_active_steps``: a traced count of steps that update the
-    parameters (the rest leave them as they are), for an agent whose number of
-    steps depends on T, which padding makes traced; ``None``: every step.
+    With ``data.mask``, the draws are among the rows it marks
+    (:func:`minibatch_sampler`), so padding changes no draw. ``num_active_steps``: a
+    traced count of steps that update the parameters (the rest leave them as they
+    are), for an agent whose number of steps depends on T, which padding makes traced;
+    ``None``: every step.
 
     Returns:
       The trained parameters and the loss at each step, ``[num_steps]``.
     """
-    num_train = base.num_pairs(data)
-    rows = None  # the pairs' rows in order, where a mask says which they are
-    if data.mask is not None:
-        rows = jnp.nonzero(data.mask, size=data.mask.shape[0], fill_value=0)[0]
+    draw_batch = minibatch_sampler(data, batch_size)
 
     def step(carry, xs):
         index, step_key = xs
         params, opt_state = carry
         batch_key, loss_key = jax.random.split(step_key)
-        idx = jax.random.randint(batch_key, (batch_size,), 0, num_train)
-        if rows is not None:
-            idx = rows[idx]
-        batch = base.Data(x=data.x[idx], y=data.y[idx])
+        batch = draw_batch(batch_key)
         loss, grads = jax.value_and_grad(loss_fn, argnums=1)(loss_key, params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         updated = (optax.apply_updates(params, updates), opt_state)
