@@ -71,7 +71,7 @@ _AGENT_COLOURS = {
     "deep_kernel": "#117733", "mlp": "#555555", "uniform": "#BBBBBB",
     "average_class_probs": "#AA3377", "oracle_gp": "#99DDFF", "gp": "#FFAABB",
     "cnp": "#DDCC77", "np": "#004488", "anp": "#225522", "logistic": "#CCAA66",
-    "hmc": "#CC2222",
+    "hmc": "#CC2222", "svgp": "#FF5577", "nng": "#9900FF",
 }
 # For other agents (sorted by name): the rest of Tol's muted set, then his "light" set.
 _SPARE_COLOURS = ("#44AA99", "#88CCEE", "#77AADD", "#EE8866", "#EEDD88", "#FFAABB",
