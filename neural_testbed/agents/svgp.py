@@ -31,7 +31,7 @@ draw is one function over the inputs of one call, as the gp agent's.
 
 Where it departs from Wang et al.: the inducing inputs start at the first M
 training inputs (the pairs come in random order, so a random subset; Wang et al.
-seed them with k-means), and the noise variance of a regression problem is the
+seed them with k-means; with T < M pairs only T are used), and the noise variance of a regression problem is the
 one the agent is told, not fitted (the gp agent's choice). Their full GP for
 small data sets is the gp agent.
 
@@ -93,6 +93,7 @@ class Parameters(NamedTuple):
     log_signal_variance: jax.Array  # scalar
     log_lengthscale: jax.Array  # [d] (ARD) or [1]
     inducing: jax.Array  # Z [M, d]
+    active: jax.Array  # [M] 1.0, or 0.0 for an inducing variable left out (T < M); not fitted
     mean: jax.Array  # m [M, outputs]
     scale: jax.Array  # [outputs, M, M]; L_k = strict lower part + diag(exp(diagonal))
 
@@ -154,16 +155,23 @@ inverse_cholesky_factor.defvjp(_inverse_cholesky_factor_fwd, _inverse_cholesky_f
 
 
 def _inverse_inducing_factor(params: Parameters) -> jax.Array:
-    """``L_Z^-1``, with ``K_ZZ + jitter = L_Z L_Z^T``."""
-    z = params.inducing
-    jitter = JITTER * jnp.exp(params.log_signal_variance)
-    return inverse_cholesky_factor(
-        _kernel(params, z, z) + jitter * jnp.eye(z.shape[0], dtype=z.dtype))
+    """``L_Z^-1``, with ``K_ZZ + jitter = L_Z L_Z^T``.
+
+    An inducing variable left out (``active`` 0) is independent of every other and of f,
+    with variance k(x, x): with fewer pairs than inducing inputs, copies of one input
+    would make K_ZZ singular but for the jitter, and its float32 factor fail (NaN).
+    """
+    z, active = params.inducing, jax.lax.stop_gradient(params.active)
+    signal = jnp.exp(params.log_signal_variance)
+    eye = jnp.eye(z.shape[0], dtype=z.dtype)
+    k_zz = active[:, None] * active[None, :] * _kernel(params, z, z) + signal * (1 - active) * eye
+    return inverse_cholesky_factor(k_zz + JITTER * signal * eye)
 
 
 def _projection(params: Parameters, inverse_inducing: jax.Array, x: jax.Array) -> jax.Array:
     """``A = K_XZ L_Z^-T``, ``[n, M]``."""
-    return _kernel(params, x, params.inducing) @ inverse_inducing.T
+    active = jax.lax.stop_gradient(params.active)
+    return (_kernel(params, x, params.inducing) * active) @ inverse_inducing.T
 
 
 def marginals(params: Parameters, x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -217,15 +225,17 @@ def make_svgp_agent(config: SVGPConfig, shapes: base.Shapes) -> base.Agent:
         rows = jnp.arange(data.x.shape[0])
         if data.mask is not None:
             rows = jnp.nonzero(data.mask, size=data.mask.shape[0], fill_value=0)[0]
-        # The first M pairs, cycled when T < M: a random subset, since pairs are in random
-        # order, and the same with or without padding.
+        # The first M pairs: a random subset, since pairs are in random order, and the
+        # same with or without padding. With T < M, the rest are left out (``active``).
         inducing = data.x[rows[jnp.arange(num_inducing) % num_train]]
+        active = (jnp.arange(num_inducing) < num_train).astype(jnp.float32)
         scale_dims = shapes.input_dim if config.ard else 1
         params = Parameters(
             log_signal_variance=jnp.log(jnp.asarray(config.signal_variance, jnp.float32)),
             log_lengthscale=jnp.full((scale_dims,), jnp.log(
                 jnp.asarray(config.lengthscale, jnp.float32) * math.sqrt(shapes.input_dim))),
             inducing=inducing,
+            active=active,
             mean=jnp.zeros((num_inducing, outputs)),
             scale=jnp.zeros((outputs, num_inducing, num_inducing)),  # L_k = I: the prior
         )

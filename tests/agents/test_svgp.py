@@ -59,6 +59,7 @@ def test_elbo_is_the_collapsed_bound_at_the_optimal_q():
         log_signal_variance=jnp.float32(math.log(signal)),
         log_lengthscale=jnp.asarray(np.log(lengthscale), jnp.float32),
         inducing=jnp.asarray(x, jnp.float32),
+        active=jnp.ones(t, jnp.float32),
         mean=jnp.asarray(mean_v[:, None], jnp.float32),
         scale=jnp.asarray(_scale_of(lower)[None], jnp.float32))
     prior = base.RegressionPriorKnowledge(input_dim=2, kernel="rbf", noise_variance=noise)
@@ -172,6 +173,30 @@ def test_beats_the_uniform_baseline():
     assert all(r.status == "ok" for r in rows + uniform), rows + uniform
     for ours, baseline in zip(rows, uniform):
         assert ours.kl + 3 * ours.kl_stderr < baseline.kl, (ours.kl, ours.kl_stderr, baseline.kl)
+
+
+def test_more_inducing_inputs_than_pairs_leave_the_rest_out():
+    """T = 3 pairs and M = 200 (the sweep's largest) on a 2-class problem: finite draws
+    (copies of the 3 inputs made K_ZZ singular but for the jitter, and float32's factor
+    NaN), and the same predictive as M = 3, the extra inducing variables being independent
+    of f (to float32 rounding over 100 Adam steps)."""
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)
+    data = base.Data(x, jnp.asarray([0, 1, 1], jnp.int32))
+    prior = base.PriorKnowledge(input_dim=2, num_classes=2, env_hidden=(50, 50),
+                                temperature=0.5)
+    x_test = jnp.asarray(rng.normal(size=(5, 2)), jnp.float32)
+    moments = []
+    for m in (200, 3):
+        agent = svgp.make_svgp_agent(svgp.SVGPConfig(num_inducing=m, num_steps=100),
+                                     base.Shapes(2, 2))
+        state = jax.jit(agent.train)(jax.random.key(0), data, prior)
+        draws = jax.jit(jax.vmap(lambda k, a=agent, s=state: a.enn.apply(s, x_test, k)))(
+            jax.random.split(jax.random.key(1), 4))
+        assert np.all(np.isfinite(draws)), m
+        moments.append(jax.jit(svgp.marginals)(state.params, x_test))
+    for big, small in zip(*moments):
+        np.testing.assert_allclose(big, small, rtol=1e-3, atol=1e-4)
 
 
 def test_sweep():
