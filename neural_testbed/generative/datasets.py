@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["Dataset", "DatasetStratum", "BUILT_IN", "STAND_INS", "load_dataset", "load_file",
-           "stand_in_notes"]
+           "scikit_learn_bunch", "stand_in_notes"]
 
 
 class DatasetStratum:
@@ -166,16 +166,25 @@ def load_dataset(name: str) -> Dataset:
     Raises:
       ValueError: for an unknown name, or when scikit-learn is missing.
     """
-    if name not in BUILT_IN:
-        raise ValueError(f"unknown dataset {name!r}; built-in datasets: "
-                         f"{', '.join(BUILT_IN)} (or a .npz / .csv file of your own)")
+    bunch = scikit_learn_bunch(name, BUILT_IN, "dataset", "built-in datasets",
+                               "a .npz / .csv file")
+    return _finish(name, *_seeded_split(name, bunch.data, bunch.target))
+
+
+def scikit_learn_bunch(name: str, built_in: dict[str, str], kind: str, listing: str,
+                       files: str):
+    """scikit-learn's copy of a built-in dataset (its loader named by ``built_in[name]``),
+    with a one-line error for an unknown name or a missing scikit-learn; ``kind``,
+    ``listing`` and ``files`` word that error."""
+    if name not in built_in:
+        raise ValueError(f"unknown {kind} {name!r}; {listing}: "
+                         f"{', '.join(built_in)} (or {files} of your own)")
     try:
         import sklearn.datasets
     except ImportError:
         raise ValueError(f"dataset {name!r} needs scikit-learn: pip install "
                          "'neural-testbed[real]'") from None
-    bunch = getattr(sklearn.datasets, BUILT_IN[name])()
-    return _finish(name, *_seeded_split(name, bunch.data, bunch.target))
+    return getattr(sklearn.datasets, built_in[name])()
 
 
 def load_file(path: str | os.PathLike, label_column: str | None = None,

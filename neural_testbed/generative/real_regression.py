@@ -137,15 +137,8 @@ def load_dataset(name: str) -> RegressionData:
     Raises:
       ValueError: for an unknown name, or when scikit-learn is missing.
     """
-    if name not in BUILT_IN:
-        raise ValueError(f"unknown regression dataset {name!r}; built-in: "
-                         f"{', '.join(BUILT_IN)} (or a .csv / .npz file of your own)")
-    try:
-        import sklearn.datasets
-    except ImportError:
-        raise ValueError(f"dataset {name!r} needs scikit-learn: pip install "
-                         "'neural-testbed[real]'") from None
-    bunch = getattr(sklearn.datasets, BUILT_IN[name])()
+    bunch = datasets_lib.scikit_learn_bunch(name, BUILT_IN, "regression dataset", "built-in",
+                                            "a .csv / .npz file")
     return _check(RegressionData(name, np.asarray(bunch.data, np.float64),
                                  np.asarray(bunch.target, np.float64)), "the target")
 
