@@ -28,10 +28,6 @@ from neural_testbed.agents import ensembling, training, validation
 __all__ = ["EnsembleConfig", "EnsembleState", "ensemble_appendix_b_sweep", "ensemble_sweep",
            "make_ensemble_agent"]
 
-# The values the paper's appendix B.2 sweeps: ensemble sizes and the decay's lambda.
-_SIZES = (1, 3, 10, 30, 100)
-_LAMBDAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
-
 
 @dataclasses.dataclass(frozen=True)
 class EnsembleConfig:
@@ -115,10 +111,10 @@ def ensemble_sweep() -> tuple[EnsembleConfig, ...]:
     appears in both parts is listed once. One factor at a time; the grid the
     paper prints is :func:`ensemble_appendix_b_sweep`.
     """
-    sizes = tuple(EnsembleConfig(num_ensemble=n) for n in _SIZES)
+    sizes = tuple(EnsembleConfig(num_ensemble=n) for n in ensembling.ENSEMBLE_SIZES)
     decays = tuple(
         EnsembleConfig(num_ensemble=30, l2_weight_decay=lam, adaptive_weight_scale=adaptive)
-        for adaptive, lam in itertools.product((True, False), _LAMBDAS)
+        for adaptive, lam in itertools.product((True, False), training.L2_LAMBDAS)
     )
     return tuple(dict.fromkeys(sizes + decays))
 
@@ -132,5 +128,6 @@ def ensemble_appendix_b_sweep() -> tuple[EnsembleConfig, ...]:
     """
     return tuple(
         EnsembleConfig(num_ensemble=n, l2_weight_decay=lam, adaptive_weight_scale=adaptive)
-        for n, adaptive, lam in itertools.product(_SIZES, (True, False), _LAMBDAS)
+        for n, adaptive, lam in itertools.product(
+            ensembling.ENSEMBLE_SIZES, (True, False), training.L2_LAMBDAS)
     )

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import numbers
 import typing
 from typing import Literal, NamedTuple
@@ -60,14 +61,15 @@ from neural_testbed.agents import ensembling, training, validation
 from neural_testbed.agents.ensembling import Bootstrap, TemperatureScaling
 
 __all__ = [
+    "REGRESSION_PRIOR_WIDTH",
     "EnsemblePlusConfig",
     "EnsemblePlusState",
     "PriorFunction",
-    "REGRESSION_PRIOR_WIDTH",
     "VAEDecoder",
     "VAEParams",
     "bootstrap_weights",
     "check_target",
+    "ensemble_plus_appendix_b_sweep",
     "ensemble_plus_prior_sweep",
     "ensemble_plus_sweep",
     "init_trained_members",
@@ -393,7 +395,8 @@ def make_ensemble_plus_agent(config: EnsemblePlusConfig, shapes: base.Shapes) ->
 
 
 def ensemble_plus_sweep() -> tuple[EnsemblePlusConfig, ...]:
-    """The paper's sweep, one factor at a time around the default (14 distinct configs).
+    """The ``paper`` sweep: the reference's, one factor at a time around the default, with
+    the paper's prior scales (14 distinct configs).
 
     Size in {1, 3, 10, 30, 100}; bootstrap in {none, bernoulli, exponential};
     lambda in {0.1, 0.3, 1, 3, 10}; and the paper's prior scales {0,
@@ -401,7 +404,8 @@ def ensemble_plus_sweep() -> tuple[EnsemblePlusConfig, ...]:
     process, whose logits are the network's output / temperature, so its
     sqrt(temperature) is ``prior_scale=1, temperature_scaling="sqrt"`` here
     and its 1 is ``prior_scale=1, temperature_scaling="linear"``. The default
-    config, which every factor contains, is listed once.
+    config, which every factor contains, is listed once. The grid the paper
+    prints is :func:`ensemble_plus_appendix_b_sweep`.
     """
     default = EnsemblePlusConfig()
     replace = dataclasses.replace
@@ -409,11 +413,29 @@ def ensemble_plus_sweep() -> tuple[EnsemblePlusConfig, ...]:
         *(replace(default, num_ensemble=n) for n in (1, 3, 10, 30, 100)),
         *(replace(default, bootstrap=b) for b in ("none", "bernoulli", "exponential")),
         *(replace(default, l2_weight_decay=lam) for lam in (0.1, 0.3, 1.0, 3.0, 10.0)),
-        replace(default, prior_scale=0.0),
-        replace(default, prior_scale=1.0, temperature_scaling="sqrt"),
-        replace(default, prior_scale=1.0, temperature_scaling="linear"),
+        *(replace(default, prior_scale=scale, temperature_scaling=scaling)
+          for scale, scaling in ensembling.PAPER_PRIOR_SCALES),
     )
     return tuple(dict.fromkeys(configs))
+
+
+def ensemble_plus_appendix_b_sweep() -> tuple[EnsemblePlusConfig, ...]:
+    """The grid of the paper's appendix B.6 (630 configs): every size in {1, 3, 10, 30,
+    100} x either decay (``lambda / (M T)`` or ``lambda d sqrt(temperature) / (M T)``) x
+    lambda in {1e-4, ..., 100} x the paper's prior scales {0, sqrt(temperature), 1}
+    (:data:`ensembling.PAPER_PRIOR_SCALES`) x bootstrap in {none, exponential,
+    bernoulli}; every other field at its default.
+
+    The default config (prior scale 3) is not among them. Run it with
+    ``neural-testbed sweep --agent ensemble+ --configs appendix-b``.
+    """
+    return tuple(
+        EnsemblePlusConfig(num_ensemble=n, adaptive_weight_scale=adaptive, l2_weight_decay=lam,
+                           prior_scale=scale, temperature_scaling=scaling, bootstrap=bootstrap)
+        for n, adaptive, lam, (scale, scaling), bootstrap in itertools.product(
+            ensembling.ENSEMBLE_SIZES, (True, False), training.L2_LAMBDAS,
+            ensembling.PAPER_PRIOR_SCALES, ensembling.BOOTSTRAPS)
+    )
 
 
 # Figure 7's prior scales: multipliers 0.3 to 30 at real data's temperature 0.01 (the

@@ -30,6 +30,9 @@ import jax.numpy as jnp
 from neural_testbed import networks
 
 __all__ = [
+    "BOOTSTRAPS",
+    "ENSEMBLE_SIZES",
+    "PAPER_PRIOR_SCALES",
     "Bootstrap",
     "EnsembleKeys",
     "TemperatureScaling",
@@ -45,8 +48,19 @@ __all__ = [
 
 # Per (training point, member) loss weights: all ones, Exp(1), or 2 * Bernoulli(1/2).
 Bootstrap = Literal["none", "exponential", "bernoulli"]
+BOOTSTRAPS: tuple[Bootstrap, ...] = typing.get_args(Bootstrap)
 # The prior function is multiplied by prior_scale / sqrt(temperature) or / temperature.
 TemperatureScaling = Literal["sqrt", "linear"]
+
+# The ensemble sizes the paper's appendix B.2 and B.6 sweep.
+ENSEMBLE_SIZES = (1, 3, 10, 30, 100)
+# The prior scales the paper's appendix B.6 and B.7 print, {0, sqrt(beta), 1}, as
+# (prior_scale, temperature_scaling). The paper scales a prior drawn like the generating
+# process, whose logits are its network's output / beta, so its sqrt(beta) and 1 are the
+# network's output / sqrt(beta) and / beta (:func:`prior_function_scale`). With scale 0
+# the scaling is idle and kept at the configs' default, "sqrt".
+PAPER_PRIOR_SCALES: tuple[tuple[float, TemperatureScaling], ...] = (
+    (0.0, "sqrt"), (1.0, "sqrt"), (1.0, "linear"))
 
 
 # Member stacks.

@@ -49,6 +49,7 @@ __all__ = [
     "LinearHypermodel",
     "bootstrap_weight_fn",
     "generate_params",
+    "hypermodel_appendix_b_sweep",
     "hypermodel_sweep",
     "init_linear_hypermodel",
     "init_prior_hypermodel",
@@ -306,7 +307,8 @@ def hypermodel_sweep() -> tuple[HypermodelConfig, ...]:
     {none, bernoulli, exponential}; prior scale {0, 1} x prior hidden {(10,),
     (10, 10)} x lambda {1, 2} x temperature scaling {linear, sqrt}. With prior
     scale 0 the prior's widths and scaling change nothing, so those grid
-    points are listed once per lambda; the default is listed once.
+    points are listed once per lambda; the default is listed once. The grid the
+    paper prints is :func:`hypermodel_appendix_b_sweep`.
     """
     default = HypermodelConfig()
     replace = dataclasses.replace
@@ -323,5 +325,28 @@ def hypermodel_sweep() -> tuple[HypermodelConfig, ...]:
         *(replace(default, l2_weight_decay=lam) for lam in (0.1, 0.3, 1.0, 3.0, 10.0)),
         *(replace(default, bootstrap=b) for b in ("none", "bernoulli", "exponential")),
         *priors,
+    )
+    return tuple(dict.fromkeys(configs))
+
+
+def hypermodel_appendix_b_sweep() -> tuple[HypermodelConfig, ...]:
+    """The grid of the paper's appendix B.7 (600 distinct configs of its 720 points):
+    index dim in {1, 3, 5, 7} x either decay (``lambda / T`` or ``lambda d
+    sqrt(temperature) / T``) x lambda in {0.1, 0.3, 1, 3, 10} x bootstrap in {none,
+    exponential, bernoulli} x the prior's 1 or 2 hidden layers of 10 units x the paper's
+    prior scales {0, sqrt(temperature), 1} (:data:`ensembling.PAPER_PRIOR_SCALES`).
+
+    With prior scale 0 the prior's layers change nothing, so those points are listed
+    once, at the default prior. Every other field is the default's, and the default is
+    among them. Run it with ``neural-testbed sweep --agent hypermodel --configs appendix-b``.
+    """
+    default = HypermodelConfig()
+    configs = (
+        HypermodelConfig(index_dim=k, adaptive_weight_scale=adaptive, l2_weight_decay=lam,
+                         bootstrap=bootstrap, prior_scale=scale, temperature_scaling=scaling,
+                         prior_hidden=prior_hidden if scale else default.prior_hidden)
+        for k, adaptive, lam, bootstrap, prior_hidden, (scale, scaling) in itertools.product(
+            (1, 3, 5, 7), (True, False), (0.1, 0.3, 1.0, 3.0, 10.0), ensembling.BOOTSTRAPS,
+            ((10,), (10, 10)), ensembling.PAPER_PRIOR_SCALES)
     )
     return tuple(dict.fromkeys(configs))

@@ -51,6 +51,5 @@ def make_logistic_agent(config: LogisticConfig, shapes: base.Shapes) -> base.Age
 def logistic_sweep() -> tuple[LogisticConfig, ...]:
     """The reference's sweep: adaptive scaling on/off x lambda in {1e-4, ..., 100} (14
     configs), the mlp's."""
-    lambdas = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     return tuple(LogisticConfig(l2_weight_decay=lam, adaptive_weight_scale=adaptive)
-                 for adaptive, lam in itertools.product((True, False), lambdas))
+                 for adaptive, lam in itertools.product((True, False), training.L2_LAMBDAS))

@@ -87,8 +87,7 @@ def make_mlp_agent(config: MLPConfig, shapes: base.Shapes) -> base.Agent:
 
 def mlp_sweep() -> tuple[MLPConfig, ...]:
     """The paper's sweep: adaptive scaling on/off x lambda in {1e-4, ..., 100} (14 configs)."""
-    lambdas = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     return tuple(
         MLPConfig(l2_weight_decay=lam, adaptive_weight_scale=adaptive)
-        for adaptive, lam in itertools.product((True, False), lambdas)
+        for adaptive, lam in itertools.product((True, False), training.L2_LAMBDAS)
     )

@@ -184,7 +184,8 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         description="ensemble with randomised prior functions and bootstrap (Osband et al. 2018)",
         targets=("classification", "regression"),
         check_target=ensemble_plus.check_target,
-        other_sweeps={"prior-functions": ensemble_plus.ensemble_plus_prior_sweep},
+        other_sweeps={"prior-functions": ensemble_plus.ensemble_plus_prior_sweep,
+                      "appendix-b": ensemble_plus.ensemble_plus_appendix_b_sweep},
     ),
     "hypermodel": AgentSpec(
         config_type=hypermodel.HypermodelConfig,
@@ -194,6 +195,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         batchable=("learning_rate", "l2_weight_decay", "prior_scale"),
         description="linear hypermodel with an additive prior hypermodel (Dwaracherla et al. 2020)",
         targets=("classification", "regression"),
+        other_sweeps={"appendix-b": hypermodel.hypermodel_appendix_b_sweep},
     ),
     "dropout": AgentSpec(
         config_type=dropout.DropoutConfig,
@@ -213,6 +215,7 @@ _BUILT_IN: Mapping[str, AgentSpec] = types.MappingProxyType({
         batchable=("learning_rate", "sigma_1", "sigma_2", "mixture_pi"),
         description="Bayes by backprop (Blundell et al.): a factorised Gaussian over every weight",
         targets=("classification", "regression"),
+        other_sweeps={"appendix-b": bbb.bbb_appendix_b_sweep},
     ),
     "sgmcmc": AgentSpec(
         config_type=sgmcmc.SGMCMCConfig,

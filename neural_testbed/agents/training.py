@@ -17,6 +17,7 @@ import optax
 from neural_testbed import base
 
 __all__ = [
+    "L2_LAMBDAS",
     "adam_with_l2",
     "check_training_fields",
     "data_loss",
@@ -30,6 +31,9 @@ __all__ = [
 
 Params = Any
 LossFn = Callable[[jax.Array, Params, base.Data], jax.Array]  # (key, params, batch) -> loss
+
+# The lambdas of :func:`weight_decay_scale` the paper's appendix B.1, B.2 and B.6 sweep.
+L2_LAMBDAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 
 
 def weight_decay_scale(

@@ -49,8 +49,8 @@ def _add_sweep(commands, g: options.Groups) -> None:
                              "hyperparameter sweep behind the published numbers) or one the "
                              "agent names (`neural-testbed agents` lists them), e.g. "
                              "ensemble+'s 'prior-functions' for Figure 7, or 'appendix-b' "
-                             "(ensemble, dropout, sgmcmc: the grid the paper's appendix B "
-                             "prints)")
+                             "(ensemble, ensemble+, hypermodel, dropout, bbb, sgmcmc: the grid "
+                             "the paper's appendix B prints)")
     parser.add_argument("--configs-per-batch", type=int, default=8, metavar="N",
                         help="configs that differ only in float fields (learning rate, decay, "
                              "prior scale, ...) are trained and evaluated together in one "
