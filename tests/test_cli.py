@@ -208,7 +208,7 @@ def test_sweep_runs_a_named_config_sweep_and_refuses_an_unknown_one(tmp_path, ca
     db = tmp_path / "new.db"
     assert cli.main(["sweep", "--agent", "ensemble+", "--configs", "priors", "--db",
                      str(db)]) == 2
-    one_error_line("--configs 'priors'", "'paper', 'prior-functions'")
+    one_error_line("--configs 'priors'", "'paper', 'appendix-b', 'prior-functions'")
     assert cli.main(["sweep", "--agent", "mlp", "--configs", "prior-functions", "--db",
                      str(db)]) == 2
     one_error_line("this agent's config sweeps are 'paper'")
