@@ -59,6 +59,11 @@ __all__ = [
 ]
 
 
+# The index dimensions and decay lambdas both sweeps take (the paper's appendix B.7).
+_INDEX_DIMS = (1, 3, 5, 7)
+_LAMBDAS = (0.1, 0.3, 1.0, 3.0, 10.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class HypermodelConfig:
     """Hyperparameters of the hypermodel agent (paper defaults)."""
@@ -321,8 +326,8 @@ def hypermodel_sweep() -> tuple[HypermodelConfig, ...]:
         )
     )
     configs = (
-        *(replace(default, index_dim=k) for k in (1, 3, 5, 7)),
-        *(replace(default, l2_weight_decay=lam) for lam in (0.1, 0.3, 1.0, 3.0, 10.0)),
+        *(replace(default, index_dim=k) for k in _INDEX_DIMS),
+        *(replace(default, l2_weight_decay=lam) for lam in _LAMBDAS),
         *(replace(default, bootstrap=b) for b in ("none", "bernoulli", "exponential")),
         *priors,
     )
@@ -346,7 +351,7 @@ def hypermodel_appendix_b_sweep() -> tuple[HypermodelConfig, ...]:
                          bootstrap=bootstrap, prior_scale=scale, temperature_scaling=scaling,
                          prior_hidden=prior_hidden if scale else default.prior_hidden)
         for k, adaptive, lam, bootstrap, prior_hidden, (scale, scaling) in itertools.product(
-            (1, 3, 5, 7), (True, False), (0.1, 0.3, 1.0, 3.0, 10.0), ensembling.BOOTSTRAPS,
+            _INDEX_DIMS, (True, False), _LAMBDAS, ensembling.BOOTSTRAPS,
             ((10,), (10, 10)), ensembling.PAPER_PRIOR_SCALES)
     )
     return tuple(dict.fromkeys(configs))

@@ -31,9 +31,9 @@ draw is one function over the inputs of one call, as the gp agent's.
 
 Where it departs from Wang et al.: the inducing inputs start at the first M
 training inputs (the pairs come in random order, so a random subset; Wang et al.
-seed them with k-means; with T < M pairs only T are used), and the noise variance of a regression problem is the
-one the agent is told, not fitted (the gp agent's choice). Their full GP for
-small data sets is the gp agent.
+seed them with k-means; with T < M pairs only T are used), and the noise variance
+of a regression problem is the one the agent is told, not fitted (the gp agent's
+choice). Their full GP for small data sets is the gp agent.
 
 References:
   M. Titsias, "Variational learning of inducing variables in sparse Gaussian
