@@ -202,10 +202,12 @@ def no_work(monkeypatch):
 @pytest.fixture
 def one_error_line(capsys):
     """A function ``(*fragments)``: asserts the command printed exactly one line on
-    stderr, an error holding every fragment; returns it."""
+    stderr, an error holding every fragment; returns it. A progress bar erased before
+    it (tqdm's ``\r`` redraws) is left out, as a terminal shows it."""
     def check(*fragments):
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("neural-testbed: error: "), err
+        printed = capsys.readouterr().err
+        err = printed.rsplit("\r", 1)[-1]
+        assert printed.count("\n") == 1 and err.startswith("neural-testbed: error: "), printed
         for fragment in fragments:
             assert fragment in err, err
         return err

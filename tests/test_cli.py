@@ -668,7 +668,7 @@ def test_the_memory_check_traces_only_what_the_store_still_lacks(tmp_path, smoke
     from neural_testbed.run import checks as run_checks
 
     checked = []
-    monkeypatch.setattr(run_checks, "check_memory", lambda units, programs: checked.append(
+    monkeypatch.setattr(run_checks, "check_memory", lambda units, programs, **_: checked.append(
         sorted(p.problem_id for u in units for p in u.problems)) if units else None)
     monkeypatch.setattr(sweep_lib, "run_sweep", lambda *a, **k: sweep_lib.SweepSummary())
     rows = smoke_rows("mlp", agents.MLPConfig(), 0.2)
@@ -684,6 +684,21 @@ def test_the_memory_check_traces_only_what_the_store_still_lacks(tmp_path, smoke
         assert cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--db", str(db),
                          "--quiet"]) in (0, 1)
         assert checked == expected, db.name
+
+
+def test_the_memory_check_shows_its_progress_before_the_run_announces_itself(
+        tmp_path, capsys, monkeypatch):
+    """Tracing every program set of a large grid takes minutes before the run's own bar:
+    it has a bar of its own (not with --quiet), erased before the run's first line."""
+    monkeypatch.setattr(sweep_lib, "run_sweep", lambda *a, **k: sweep_lib.SweepSummary())
+    for quiet in ((), ("--quiet",)):
+        cli.main(["sweep", "--agent", "mlp", "--sweep", "smoke", "--db",
+                  str(tmp_path / "new.db"), *quiet])
+        err = capsys.readouterr().err
+        if quiet:
+            assert "checking memory" not in err, err
+        else:
+            assert err.index("checking memory") < err.index("sweep mlp:"), err
 
 
 def test_problems_names_a_handful_of_problems_from_any_sweep_or_from_the_one_given():

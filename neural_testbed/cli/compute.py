@@ -107,7 +107,8 @@ def _compute(args, configs: Sequence[Any], announce: str,
     chosen = run_options_of(args)
     run_checks.check_agent_on_problems(args.agent, problems, args.estimator, configs)
     programs = run_lib.Programs()  # the check's traces are the run's
-    run_checks.check_memory(_units_to_compute(args, configs, problems, chosen), programs)
+    run_checks.check_memory(_units_to_compute(args, configs, problems, chosen), programs,
+                            progress=chosen.progress)
     with store_lib.ResultsStore(args.db) as store:
         print(announce, file=sys.stderr)
         summary = run_lib.run_sweep(args.agent, configs, problems, store, options=chosen,

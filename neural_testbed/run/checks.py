@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from neural_testbed import base, memory
 from neural_testbed.agents import registry
@@ -107,7 +109,8 @@ def largest_array(runner: programs.UnitRunner, problem: base.Problem) -> tuple[i
     return sizes[name], name
 
 
-def check_memory(units: Sequence[WorkUnit], run_programs: programs.Programs) -> None:
+def check_memory(units: Sequence[WorkUnit], run_programs: programs.Programs,
+                 progress: bool = False) -> None:
     """Refuses a config whose programs hold an array larger than this machine's memory
     (``memory.total_bytes``) for a unit's batch of problems (``batch_size=10**9`` used
     to fail only after the store was made, as failed rows).
@@ -116,12 +119,16 @@ def check_memory(units: Sequence[WorkUnit], run_programs: programs.Programs) -> 
     ``run_programs``, where the run finds the traces and does not trace them again. A
     program that cannot be traced fails in its unit, with its own error in the rows,
     and is not checked here.
+
+    ``progress``: a bar on stderr while it traces, which a grid of hundreds of program
+    sets spends minutes on before the run's own bar starts.
     """
     total, what = memory.total_bytes()
     seen = set()
-    for unit in units:
-        if unit.study is not None:
-            continue
+    units = [u for u in units if u.study is None]
+    for unit in tqdm(units, desc="checking memory", unit="unit", postfix="tracing",
+                     disable=not progress or not units, file=sys.stderr, leave=False,
+                     dynamic_ncols=True):
         try:
             runner, batch = programs.unit_runner(unit, run_programs), programs.padded_problems(unit)
             if (id(runner), len(batch)) in seen:
