@@ -701,6 +701,38 @@ def test_the_memory_check_shows_its_progress_before_the_run_announces_itself(
             assert err.index("checking memory") < err.index("sweep mlp:"), err
 
 
+def test_ctrl_c_met_inside_a_garbage_collection_callback_still_interrupts():
+    """Python drops an exception raised in a gc callback (jax-ml/jax#18246), where
+    JAX's callback made most Ctrl-Cs of a large sweep's memory check go unheard: the
+    command's handler raises it again outside. Here SIGINT is raised inside a callback
+    (Python's own handler then prints "Exception ignored" and the loop runs on)."""
+    script = """if True:
+        import gc, signal, sys, time
+        from neural_testbed import cli
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+        if sys.argv[1] == "command":
+            cli._catch_ctrl_c()
+        raised = []
+        def callback(phase, info):
+            if not raised:
+                raised.append(phase)
+                signal.raise_signal(signal.SIGINT)  # handled here, in the callback
+        gc.callbacks.append(callback)
+        try:
+            gc.collect()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.001)
+            print("ran on")
+        except KeyboardInterrupt:
+            print("interrupted")
+        """
+    for handler, expected in (("command", "interrupted"), ("python", "ran on")):
+        done = subprocess.run([sys.executable, "-c", script, handler], capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.stdout.strip() == expected, (handler, done.stdout, done.stderr[-2000:])
+
+
 def test_problems_names_a_handful_of_problems_from_any_sweep_or_from_the_one_given():
     from neural_testbed.cli import options
 

@@ -8,10 +8,14 @@ Ctrl-C ends the command.
 
 from __future__ import annotations
 
+import _thread
 import argparse
+import gc
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 import neural_testbed
@@ -106,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "or /dev/null instead", file=sys.stderr)
         return 2
     args = None
+    if argv is None:
+        _catch_ctrl_c()
     try:
         args = build_parser().parse_args(argv)
         _set_up(args)
@@ -120,6 +126,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return _interrupted(args, argv)
+
+
+def _catch_ctrl_c() -> None:
+    """Ctrl-C through :func:`_on_ctrl_c`, where Python's own handler has it (a shell's
+    background job ignores SIGINT, and so does the command then)."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_ctrl_c)
+
+
+def _on_ctrl_c(signum, frame) -> None:
+    """SIGINT as ``KeyboardInterrupt``, but not inside a garbage-collection callback:
+    Python drops an exception raised there ("Exception ignored in: _xla_gc_callback",
+    jax-ml/jax#18246), and JAX's callback runs so often while it traces that most
+    Ctrl-Cs of a large sweep's memory check were lost. There it is raised again
+    a moment later, when the callback has returned."""
+    callbacks = {getattr(c, "__code__", None) for c in gc.callbacks}
+    if frame is not None and frame.f_code in callbacks:
+        again = threading.Timer(0.01, _thread.interrupt_main)
+        again.daemon = True
+        again.start()
+        return
+    raise KeyboardInterrupt
 
 
 def _disk_full(error: Exception, args, argv: Sequence[str] | None) -> int:
