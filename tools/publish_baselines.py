@@ -40,7 +40,7 @@ from neural_testbed.leaderboard import baselines, problems, store
 # runs the agents whose targets include its problems'.
 AGENTS = ("uniform", "average_class_probs", "mlp", "logistic", "knn", "random_forest",
           "ensemble", "laplace", "deep_kernel", "ensemble+", "dropout", "epinet", "bbb",
-          "hypermodel", "sgmcmc", "oracle_gp", "gp", "cnp")
+          "hypermodel", "sgmcmc", "hmc", "oracle_gp", "gp", "cnp")
 SWEEPS = ("paper", "real", "regression", "classification")
 
 

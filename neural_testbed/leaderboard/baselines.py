@@ -136,11 +136,13 @@ def build_table(rows: Iterable[store_lib.StoredRow], sweeps: Mapping[str, Mappin
             stamp = computed if isinstance(computed, str) else computed(name, sweep_name, part)
             progress.append({"agent": name, "sweep": sweep_name, "problems": len(done),
                              "failed": len(failed), "of": len(sweep), "computed": stamp})
-    # The scalars `leaderboard --metrics` reads; not the per-bin arrays, which would make
-    # the table 19 times larger.
+    # The scalars `leaderboard --metrics` reads and the agent's own report (hmc's
+    # convergence, which flags a problem); not the per-bin arrays, which would make the
+    # table 19 times larger.
     kept = [dataclasses.replace(r, diagnostics=json.dumps(
                 {k: v for k, v in json.loads(r.diagnostics).items()
-                 if k in diagnostics_report.ROW_METRICS}, sort_keys=True))
+                 if k in diagnostics_report.ROW_METRICS or k.startswith("agent_")},
+                sort_keys=True))
             if r.diagnostics else r for r in kept]
     columns = list(store_lib.COLUMNS)
     used = {r.problem_id for r in kept}

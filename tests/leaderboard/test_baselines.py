@@ -84,6 +84,27 @@ def test_each_part_of_the_table_says_where_it_was_computed(tmp_path, mlp_rows):
     assert "on a TPU" not in loaded.describe(["mlp"], ["other/0"])  # no rows there
 
 
+def test_the_table_keeps_an_agents_own_report_so_the_leaderboard_still_flags_it(
+        tmp_path, mlp_rows, capsys):
+    """A published hmc row whose chains failed must stay flagged: the table keeps the
+    agent's report (``agent_*``, base.Agent.report) beside the metrics, not the per-bin
+    arrays."""
+    report = {"agent_converged": 0.0, "agent_rhat": 1.4}
+    flagged = [dataclasses.replace(r, diagnostics=json.dumps(
+        {**json.loads(r.diagnostics), **report})) for r in mlp_rows]
+    path = tmp_path / "flagged.json.gz"
+    baselines.write_table(baselines.build_table(flagged, {"smoke": SMOKE}, {"smoke": ["mlp"]},
+                                                "0.1.0", "test"), path)
+    for row in baselines.load(path).rows:
+        kept = json.loads(row.diagnostics)
+        assert report.items() <= kept.items() and "reliability" not in kept, kept
+    db = tmp_path / "flagged.db"
+    with store.ResultsStore(db) as results:
+        results.merge(list(baselines.load(path).rows))
+    assert cli.main(["leaderboard", "--sweep", "smoke", "--db", str(db), "--verbose"]) == 0
+    assert "UNCONVERGED" in capsys.readouterr().out
+
+
 def test_rows_of_other_configs_and_problem_definitions_are_left_out(mlp_rows):
     other = [dataclasses.replace(r, config_hash="0" * 16) for r in mlp_rows]  # not the default
     table = baselines.build_table(mlp_rows + other, {"smoke": SMOKE}, {"smoke": ["mlp"]},
