@@ -15,9 +15,12 @@ How: each weight is ``w = t / sqrt(fan_in)`` with ``t`` a truncated standard nor
 on [-2, 2], written as ``t = Phi^-1(Phi(-2) + (Phi(2) - Phi(-2)) Phi(z))`` of a
 standard normal ``z`` (the inverse-CDF map, exact); the first-layer bias is
 ``z / sqrt(d)``. So the sampler runs on ``z`` with a standard normal prior and no
-boundary, and the likelihood is the categorical one of the masked training pairs
-(padding rows count zero, so the agent accepts padding). ``num_chains`` chains start
-from independent prior draws, each adapts its step size and diagonal mass matrix by
+boundary, and the likelihood is the categorical one of the training pairs. It declines
+padded training sets (``accepts_padding`` False): every leapfrog step of NUTS (64 at
+most per step by default) evaluates the likelihood of every row, so a set padded to the
+sweep's largest T makes its sampling several times slower, where the program per T it
+saves compiles in seconds (measured in docs/writing-an-agent.md). ``num_chains`` chains
+start from independent prior draws, each adapts its step size and diagonal mass matrix by
 Stan's window adaptation and then keeps every ``thinning``-th of its
 ``num_sampling_steps`` states, all in one program
 (``vmap`` over chains, ``lax.scan`` over steps; blackjax's NUTS and adaptation, the
@@ -131,15 +134,12 @@ def weights_of(z: dict[str, Any], prior: base.PriorKnowledge) -> networks.MLPPar
 
 
 def _log_density(data: base.Data, prior: base.PriorKnowledge):
-    mask = jnp.ones(data.y.shape, jnp.float32) if data.mask is None else data.mask.astype(
-        jnp.float32)
-
     def log_density(z):
         logits = networks.apply_mlp(weights_of(z, prior), data.x) / prior.temperature
         log_likelihood = jnp.take_along_axis(jax.nn.log_softmax(logits), data.y[:, None],
                                              axis=-1)[:, 0]
         log_prior = -0.5 * sum(jnp.sum(v ** 2) for v in jax.tree.leaves(z))
-        return jnp.sum(mask * log_likelihood) + log_prior
+        return jnp.sum(log_likelihood) + log_prior
 
     return log_density
 
@@ -228,7 +228,7 @@ def make_hmc_agent(config: HMCConfig, shapes: base.Shapes) -> base.Agent:
 
     del shapes  # the architecture is the environment's, from the prior knowledge
     return base.Agent(train=train, enn=base.ENN(apply, sample_index, num_indices=num_indices),
-                      accepts_padding=True, report=report)
+                      accepts_padding=False, report=report)
 
 
 def hmc_sweep() -> tuple[HMCConfig, ...]:
