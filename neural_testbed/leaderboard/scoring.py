@@ -482,8 +482,8 @@ def score_agents(
 
 # How a leaderboard's means treat missing, non-finite and negative estimates.
 RULES: Mapping[str, str] = types.MappingProxyType({
-    "ours": "means over the problems a record has (problems of of say how many); no "
-            "estimate is changed",
+    "ours": "means over the problems a record has (how many: the problems and of "
+            "columns); no estimate is changed",
     "reference": "the reference's leaderboard: a missing or non-finite estimate counts as "
                  "1e6, a negative one as 0, and every mean is over all reported problems",
 })
