@@ -124,6 +124,15 @@ def progress_markdown(path) -> str:
     return "\n".join(lines)
 
 
+def dropped_parts(out, agents, sweeps) -> list[str]:
+    """The parts with rows of the table at ``out`` that packing it for ``agents`` on
+    ``sweeps`` would leave out (the table is rewritten whole)."""
+    if not os.path.exists(out):
+        return []
+    return [f"{p['agent']} on {p['sweep']}" for p in baselines.load(out).progress
+            if p["problems"] and (p["agent"] not in agents or p["sweep"] not in sweeps)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", help="the results store the rows are computed in")
@@ -151,6 +160,13 @@ def main() -> None:
     if not args.db:
         parser.error("--db is required (the results store the rows are computed in)")
     agents, sweeps = args.agents.split(","), args.sweeps.split(",")
+    dropped = dropped_parts(args.out, agents, sweeps)
+    if dropped:  # before the store is made or filled
+        named = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more" if len(dropped) > 3
+                                          else "")
+        parser.error(f"the table at --out {args.out!r} would lose its rows of {named}: name "
+                     "those agents in --agents and those sweeps in --sweeps "
+                     "(--compute-agents and --compute-sweeps choose what to compute)")
     if args.resume_from_table and not os.path.exists(args.out):  # before the store is made
         parser.error(f"--resume-from-table reads the table at --out {args.out!r}, which does "
                      "not exist (copy the shipped table there first)")

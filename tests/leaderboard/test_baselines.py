@@ -285,6 +285,28 @@ def test_a_failed_row_is_counted_and_a_recomputed_part_is_stamped_anew(tmp_path,
     assert tool.progress_markdown(out).endswith("| mlp | 4 of 4 (a) |\n\n- (a) on machine B")
 
 
+def test_the_tool_refuses_to_rewrite_a_table_without_parts_it_holds(tmp_path, mlp_rows):
+    """The table is rewritten whole: packing it for fewer agents or sweeps than it holds
+    (``--agents uniform --sweeps smoke`` beside ``--resume-from-table``) would drop every
+    other part. One line names what would be lost; no store is made, the table is kept."""
+    ensemble = [dataclasses.replace(r, agent="ensemble", config_hash=store.config_hash(
+        "ensemble", agents.get_agent("ensemble").default)) for r in mlp_rows]
+    out = tmp_path / "table.json.gz"
+    baselines.write_table(baselines.build_table(
+        mlp_rows + ensemble, {"smoke": SMOKE}, {"smoke": ["mlp", "ensemble"]}, "0.1.0", "t"),
+        out)
+    before = out.read_bytes()
+    tool = pathlib.Path(__file__).parents[2] / "tools/publish_baselines.py"
+    db = tmp_path / "store.db"
+    done = subprocess.run([sys.executable, str(tool), "--db", str(db), "--out", str(out),
+                           "--resume-from-table", "--agents", "mlp", "--sweeps", "smoke"],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(tool.parents[1])))
+    assert done.returncode == 2 and "would lose its rows of ensemble on smoke" in done.stderr, (
+        done.stderr)
+    assert not db.exists() and out.read_bytes() == before
+
+
 def test_the_tool_refuses_to_resume_from_a_missing_table_before_making_the_store(tmp_path):
     """Else the empty store it made would stop a second call from filling it."""
     tool = pathlib.Path(__file__).parents[2] / "tools/publish_baselines.py"
