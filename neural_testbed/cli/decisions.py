@@ -273,7 +273,7 @@ def _decision_agents(args) -> tuple[list[str], list[str]]:
         except ValueError as error:
             if args.agent:
                 raise ValueError(f"agent {name!r}: {error}") from None
-            unable.append(name)  # knn, random_forest: host agents
+            unable.append(name)  # random_forest (a host agent); hmc (declines padding)
             continue
         able.append(name)
     if len(able) < 3:
