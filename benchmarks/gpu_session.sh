@@ -18,8 +18,7 @@
 # every default agent's `paper` sweep on one GPU together.
 # At the deadline the streams are stopped (every row already written stays: each
 # problem batch is its own transaction) and the stores are copied, gzipped, to OUT.
-# (The published table is complete since 2026-11-29: the streams that computed its
-# missing rows are gone.)
+# (The published rows that still wait for a GPU are tools/gpu_rows.sh's job.)
 #
 # Usage (from the repository root, the project on PYTHONPATH, no install needed):
 #   OUT=/tmp/out DEADLINE_S=560 bash benchmarks/gpu_session.sh
