@@ -733,6 +733,29 @@ def test_ctrl_c_met_inside_a_garbage_collection_callback_still_interrupts():
         assert done.stdout.strip() == expected, (handler, done.stdout, done.stderr[-2000:])
 
 
+def test_a_ctrl_c_just_after_the_announce_line_finds_the_line_ended(tmp_path, monkeypatch):
+    """Python runs a signal's handler as soon as a write to stderr returns. A Ctrl-C that
+    lands just after the announce line is written must find that line ended: the
+    interrupted line is then the last line, alone (it was once glued to the announce)."""
+
+    class InterruptedAfterTheAnnounce(io.StringIO):
+        def write(self, text):
+            written = super().write(text)
+            if text.startswith("agent mlp:"):
+                raise KeyboardInterrupt  # what the handler raises once the write returned
+            return written
+
+    err = InterruptedAfterTheAnnounce()
+    monkeypatch.setattr(sys, "stderr", err)
+    status = cli.main(["run", "--agent", "mlp", "--sweep", "smoke", "--quiet",
+                       "--db", str(tmp_path / "r.db")])
+    lines = err.getvalue().splitlines()
+    assert status == 130, lines
+    assert lines[-2].startswith("agent mlp: MLPConfig("), lines
+    assert lines[-1] == ("neural-testbed: interrupted; everything computed so far is in the "
+                         "store, rerun the same command to continue"), lines
+
+
 def test_problems_names_a_handful_of_problems_from_any_sweep_or_from_the_one_given():
     from neural_testbed.cli import options
 

@@ -110,7 +110,9 @@ def _compute(args, configs: Sequence[Any], announce: str,
     run_checks.check_memory(_units_to_compute(args, configs, problems, chosen), programs,
                             progress=chosen.progress)
     with store_lib.ResultsStore(args.db) as store:
-        print(announce, file=sys.stderr)
+        # One write with its newline: Python runs a Ctrl-C's handler as soon as a write
+        # returns, and print's separate newline would leave the line open for the next.
+        sys.stderr.write(f"{announce}\n")
         summary = run_lib.run_sweep(args.agent, configs, problems, store, options=chosen,
                                     programs=programs)
     return summary, problems

@@ -91,12 +91,12 @@ def bandit(args) -> int:
         args.db, args.agent, functools.partial(spec.make, config), config, setting,
         range(args.seeds), seeds_per_unit=args.seeds_per_unit, recompute=args.recompute,
         progress=not args.quiet,
-        announce=lambda reused: print(
+        announce=lambda reused: sys.stderr.write(  # one write: see cli/compute.py
             f"bandit: agent {args.agent}: {config}; {args.seeds} seeds, d = "
             f"{setting.input_dim}, {setting.actions} actions, temperature "
             f"{setting.temperature}, {setting.num_steps} steps, trained every "
             f"{setting.retrain_every}" + (f"; {reused} seeds reused from {args.db}"
-                                          if reused else ""), file=sys.stderr))
+                                          if reused else "") + "\n"))
     settings_hash = studies.settings_hash("bandit", studies.bandit_settings_json(setting))
     with store_lib.ResultsStore(args.db, create=False) as store:
         summary = studies.bandit_summary(
@@ -179,11 +179,11 @@ def active(args) -> int:
         args.db, args.agent, functools.partial(spec.make, config), config, setting,
         range(args.seeds), seeds_per_unit=args.seeds_per_unit, recompute=args.recompute,
         progress=not args.quiet,
-        announce=lambda reused, setting=setting: print(
+        announce=lambda reused, setting=setting: sys.stderr.write(  # one write, as above
             f"active: agent {args.agent}: {config}; priority {setting.priority}; "
             f"{args.seeds} seeds, d = {setting.input_dim}, pool {setting.pool}, "
             f"{setting.num_steps} labels in batches of {setting.batch_size}"
-            + (f"; {reused} seeds reused from {args.db}" if reused else ""), file=sys.stderr))
+            + (f"; {reused} seeds reused from {args.db}" if reused else "") + "\n"))
         for setting in settings]
     every = [dataclasses.replace(settings[0], priority=p) for p in classification.PRIORITIES]
     with store_lib.ResultsStore(args.db, create=False) as store:

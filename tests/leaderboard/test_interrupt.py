@@ -102,7 +102,8 @@ def _interrupt(tmp_path, name, extra=(), after_rows=False):
     db = workdir / "r.db"
     command = _Command([*RUN, *extra, "--db", str(db)], workdir)
     try:
-        _wait_for(lambda: "0/18" in command.err, command.proc, "a progress bar")
+        # The run's own bar (in problems), not the memory check's before it (in units).
+        _wait_for(lambda: "problem/s" in command.err, command.proc, "the run's progress bar")
         if after_rows:
             _wait_for(lambda: _count(db) >= 2, command.proc, "a stored row")
         os.killpg(command.proc.pid, signal.SIGINT)  # as Ctrl-C in a terminal
