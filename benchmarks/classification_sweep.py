@@ -15,6 +15,8 @@ one record per agent, with the machine, date, versions and command, to
 Usage:
   PYTHONPATH=. python benchmarks/classification_sweep.py --agents mlp ensemble
   PYTHONPATH=. python benchmarks/classification_sweep.py --agents knn --timeout 120
+  PYTHONPATH=. python benchmarks/classification_sweep.py --agents sgmcmc \
+      --cells classification/50 classification/110    # some cells only (no sweep estimate)
 """
 
 from __future__ import annotations
@@ -63,9 +65,11 @@ def _cells():
             if p.temperature == 0.1 and p.seed == 0]
 
 
-def measure(agent: str, timeout: float) -> dict[str, object]:
-    cells, estimate, complete = [], 0.0, True
+def measure(agent: str, timeout: float, only: list[str] | None = None) -> dict[str, object]:
+    cells, estimate, complete = [], 0.0, not only
     for pid, d, t in _cells():
+        if only and pid not in only:
+            continue
         load = os.getloadavg()[0]
         start = time.perf_counter()
         try:
@@ -89,7 +93,7 @@ def measure(agent: str, timeout: float) -> dict[str, object]:
         "sweep_estimate_s": round(estimate) if complete else None,
         "estimate_of_cells_that_ran_s": round(estimate),
         "command": f"PYTHONPATH=. python benchmarks/classification_sweep.py --agents {agent} "
-                   f"--timeout {timeout:g}",
+                   f"--timeout {timeout:g}" + (f" --cells {' '.join(only)}" if only else ""),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": mechanisms._machine(), "versions": mechanisms._versions(),
     }
@@ -100,10 +104,18 @@ def main() -> None:
     parser.add_argument("--agents", nargs="+", default=["mlp"])
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds a cell may take (default 600)")
+    parser.add_argument("--cells", nargs="+", metavar="ID",
+                        help="only these cells' problems (ids of the temperature-0.1, seed-0 "
+                             "problems); the whole sweep is then not estimated")
     args = parser.parse_args()
+    cell_ids = {pid for pid, _, _ in _cells()}
+    for pid in args.cells or ():
+        if pid not in cell_ids:
+            parser.error(f"--cells {pid!r} is not a cell's problem; allowed: "
+                         f"{', '.join(sorted(cell_ids))}")
     RESULTS.parent.mkdir(exist_ok=True)
     for agent in args.agents:
-        record = measure(agent, args.timeout)
+        record = measure(agent, args.timeout, args.cells)
         with open(RESULTS, "a") as f:
             f.write(json.dumps(record) + "\n")
         print(f"{agent}: whole sweep about {record['sweep_estimate_s']} s "
