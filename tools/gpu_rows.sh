@@ -50,10 +50,11 @@ for part in "${PARTS[@]}"; do
   [ -n "${per_batch:-}" ] && more=(--problems-per-batch "$per_batch")
   # Only the problems the shipped table lacks for the agent: rows of another device on
   # a problem it holds would conflict with them when merged.
+  # (baselines.rows_for: the rows whose problem definition is still the sweep's)
   todo=$("$PY" -c "import sys; from neural_testbed import leaderboard; \
-from neural_testbed.leaderboard import baselines; \
-held = {r.problem_id for r in baselines.load().rows if r.agent == sys.argv[1]}; \
-print(' '.join(p for p in leaderboard.get_sweep(sys.argv[2]) if p not in held))" \
+from neural_testbed.leaderboard import baselines; sweep = leaderboard.get_sweep(sys.argv[2]); \
+held = {r.problem_id for r in baselines.rows_for(baselines.load(), [sys.argv[1]], sweep)[0]}; \
+print(' '.join(p for p in sweep if p not in held))" \
     "$agent" "$sweep") || { say "$part: cannot list its problems"; continue; }
   [ -n "$todo" ] || { say "$agent on $sweep: the table holds every problem"; continue; }
   say "$agent on $sweep: $(wc -w <<< "$todo") problems"
