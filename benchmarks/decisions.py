@@ -41,7 +41,10 @@ from neural_testbed.agents import registry  # noqa: E402
 RESULTS = pathlib.Path(__file__).parent / "results" / "decisions.jsonl"
 
 
-def _summary(values: np.ndarray) -> tuple[float, float]:
+def _summary(values: np.ndarray) -> tuple[float, float | None]:
+    """Mean and standard error; no standard error from one seed (JSON has no NaN)."""
+    if len(values) < 2:
+        return round(float(values.mean()), 4), None
     return round(float(values.mean()), 4), round(float(values.std(ddof=1) /
                                                        np.sqrt(len(values))), 4)
 
@@ -102,9 +105,11 @@ def main() -> None:
                   "command": "PYTHONPATH=. python " + " ".join(["benchmarks/decisions.py",
                                                                 *sys.argv[1:]])}
         with open(RESULTS, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(record, allow_nan=False) + "\n")
         metric = "cumulative_regret" if args.task == "bandit" else "final_kl"
-        print(f"{agent:32s} {metric} {record[metric]:.4g} ± {record[metric + '_stderr']:.2g}  "
+        stderr = record[metric + "_stderr"]
+        spread = "(one seed)" if stderr is None else f"± {stderr:.2g}"
+        print(f"{agent:32s} {metric} {record[metric]:.4g} {spread}  "
               f"run {record['run_s']:.1f} s (compile {record['compile_s']:.1f} s)")
 
 
