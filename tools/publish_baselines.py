@@ -39,7 +39,7 @@ from neural_testbed.leaderboard import baselines, problems, store
 # Cheapest first, so that a partial table covers as many agents as it can; each sweep
 # runs the agents whose targets include its problems'.
 AGENTS = ("uniform", "average_class_probs", "mlp", "logistic", "knn", "random_forest",
-          "ensemble", "laplace", "deep_kernel", "ensemble+", "dropout", "epinet", "bbb",
+          "ensemble", "laplace", "deep_kernel", "ensemble+", "dropout", "epinet", "svgp", "bbb",
           "hypermodel", "sgmcmc", "hmc", "oracle_gp", "gp", "cnp")
 SWEEPS = ("paper", "real", "regression", "classification")
 
