@@ -17,6 +17,7 @@ Usage:
   PYTHONPATH=. python benchmarks/classification_sweep.py --agents knn --timeout 120
   PYTHONPATH=. python benchmarks/classification_sweep.py --agents sgmcmc \
       --cells classification/50 classification/110    # some cells only (no sweep estimate)
+  PYTHONPATH=. python benchmarks/classification_sweep.py --table   # the records, as Markdown
 """
 
 from __future__ import annotations
@@ -99,6 +100,35 @@ def measure(agent: str, timeout: float, only: list[str] | None = None) -> dict[s
     }
 
 
+def table(records: list[dict]) -> str:
+    """Each agent's newest record as a Markdown row (for docs/speed.md): a record of every
+    cell gives the whole sweep's estimate, one of some cells only what those cells cost."""
+    newest = {}
+    for r in records:
+        whole = r["sweep_estimate_s"] is not None
+        if whole or newest.get(r["agent"], {}).get("sweep_estimate_s") is None:
+            newest[r["agent"]] = r
+    lines = [("| agent | whole sweep | slowest cell (one problem) | peak memory | load average "
+              "| measured |"), "|---|---|---|---|---|---|"]
+    for agent, r in sorted(newest.items(), key=lambda a: a[1]["estimate_of_cells_that_ran_s"]):
+        ran = [c for c in r["cells"] if c["status"] == ["ok"]]
+        stopped = [c for c in r["cells"] if c["status"] != ["ok"]]
+        whole = (f"about {r['sweep_estimate_s']:,} s" if r["sweep_estimate_s"] is not None
+                 else f"not estimated ({len(ran)} of 12 cells ran)")
+        slowest = max(ran, key=lambda c: c["wall_s"], default=None)
+        slow = (f"{slowest['wall_s']:g} s (d = {slowest['input_dim']}, "
+                f"T = {slowest['num_train']:,})" if slowest else "none ran")
+        if stopped:
+            slow += "; " + ", ".join(f"d = {c['input_dim']}, T = {c['num_train']:,}: "
+                                     f"{c['status'][0]}" for c in stopped)
+        peak = max((c["peak_rss_mb"] for c in ran), default=None)
+        loads = [c["load_average_before"] for c in r["cells"]]
+        lines.append(f"| {agent} | {whole} | {slow} | "
+                     f"{f'{peak:,} MB' if peak else '-'} | {min(loads):g}-{max(loads):g} | "
+                     f"{r['date'][:10]}, {r['versions'].get('commit', '?')} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=["mlp"])
@@ -107,7 +137,12 @@ def main() -> None:
     parser.add_argument("--cells", nargs="+", metavar="ID",
                         help="only these cells' problems (ids of the temperature-0.1, seed-0 "
                              "problems); the whole sweep is then not estimated")
+    parser.add_argument("--table", action="store_true",
+                        help="only print each agent's newest record as a Markdown table")
     args = parser.parse_args()
+    if args.table:
+        print(table([json.loads(line) for line in RESULTS.read_text().splitlines()]))
+        return
     cell_ids = {pid for pid, _, _ in _cells()}
     for pid in args.cells or ():
         if pid not in cell_ids:
