@@ -103,30 +103,36 @@ def measure(agent: str, timeout: float, only: list[str] | None = None) -> dict[s
 def table(records: list[dict]) -> str:
     """Each agent's newest record as a Markdown row (for docs/speed.md): a record of every
     cell gives the whole sweep's estimate, one of some cells only what those cells cost."""
+    from neural_testbed.leaderboard import scoring
+
     newest = {}
     for r in records:
         whole = r["sweep_estimate_s"] is not None
-        if whole or newest.get(r["agent"], {}).get("sweep_estimate_s") is None:
+        if whole or newest.get(r["agent"], r)["sweep_estimate_s"] is None:
             newest[r["agent"]] = r
-    lines = [("| agent | whole sweep | slowest cell (one problem) | peak memory | load average "
-              "| measured |"), "|---|---|---|---|---|---|"]
+    num_cells, rows = len(_cells()), []
     for agent, r in sorted(newest.items(), key=lambda a: a[1]["estimate_of_cells_that_ran_s"]):
         ran = [c for c in r["cells"] if c["status"] == ["ok"]]
-        stopped = [c for c in r["cells"] if c["status"] != ["ok"]]
-        whole = (f"about {r['sweep_estimate_s']:,} s" if r["sweep_estimate_s"] is not None
-                 else f"not estimated ({len(ran)} of 12 cells ran)")
         slowest = max(ran, key=lambda c: c["wall_s"], default=None)
         slow = (f"{slowest['wall_s']:g} s (d = {slowest['input_dim']}, "
                 f"T = {slowest['num_train']:,})" if slowest else "none ran")
+        stopped = [f"d = {c['input_dim']}, T = {c['num_train']:,}: {c['status'][0]}"
+                   for c in r["cells"] if c["status"] != ["ok"]]
         if stopped:
-            slow += "; " + ", ".join(f"d = {c['input_dim']}, T = {c['num_train']:,}: "
-                                     f"{c['status'][0]}" for c in stopped)
+            slow += "; " + ", ".join(stopped)
         peak = max((c["peak_rss_mb"] for c in ran), default=None)
         loads = [c["load_average_before"] for c in r["cells"]]
-        lines.append(f"| {agent} | {whole} | {slow} | "
-                     f"{f'{peak:,} MB' if peak else '-'} | {min(loads):g}-{max(loads):g} | "
-                     f"{r['date'][:10]}, {r['versions'].get('commit', '?')} |")
-    return "\n".join(lines)
+        rows.append({
+            "agent": agent,
+            "whole sweep": (f"about {r['sweep_estimate_s']:,} s" if r["sweep_estimate_s"]
+                            is not None else f"not estimated ({len(ran)} of {num_cells} "
+                                             "cells ran)"),
+            "slowest cell (one problem)": slow,
+            "peak memory": f"{peak:,} MB" if peak else "-",
+            "load average": f"{min(loads):g}-{max(loads):g}",
+            "measured": f"{r['date'][:10]}, {r['versions'].get('commit', '?')}",
+        })
+    return scoring.format_records(rows, "markdown")
 
 
 def main() -> None:
