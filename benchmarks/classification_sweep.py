@@ -111,7 +111,11 @@ def table(records: list[dict]) -> str:
         if whole or newest.get(r["agent"], r)["sweep_estimate_s"] is None:
             newest[r["agent"]] = r
     num_cells, rows = len(_cells()), []
-    for agent, r in sorted(newest.items(), key=lambda a: a[1]["estimate_of_cells_that_ran_s"]):
+    # Whole-sweep estimates first, by cost; partial records after them, where their
+    # cost of some cells would otherwise read as a cheap sweep.
+    order = sorted(newest.items(), key=lambda a: (a[1]["sweep_estimate_s"] is None,
+                                                  a[1]["estimate_of_cells_that_ran_s"]))
+    for agent, r in order:
         ran = [c for c in r["cells"] if c["status"] == ["ok"]]
         slowest = max(ran, key=lambda c: c["wall_s"], default=None)
         slow = (f"{slowest['wall_s']:g} s (d = {slowest['input_dim']}, "
