@@ -142,6 +142,24 @@ def test_the_command_stores_each_seed_resumes_and_prints_every_config_of_the_set
     assert sorted(float(r["value"]) for r in last) == pytest.approx(sorted(totals), rel=1e-5)
 
 
+def test_runs_made_in_two_stores_merge_into_one_that_reuses_them(tmp_path, capsys):
+    """Seeds run on two machines merge into one store (a seed both ran is the same
+    record, skipped as an exact duplicate), and a rerun there computes nothing."""
+    for name, seeds in (("a", "2"), ("b", "3")):
+        assert cli.main(["bandit", "--agent", "uniform", "--steps", "60", "--retrain-every",
+                         "30", "--seeds", seeds, "--seeds-per-unit", "1", "--quiet",
+                         "--db", str(tmp_path / f"{name}.db")]) == 0
+    merged = str(tmp_path / "merged.db")
+    assert cli.main(["merge", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "-o",
+                     merged]) == 0
+    assert "3 study results added (tal, probe, bandit, active), 2 exact duplicates skipped" \
+        in capsys.readouterr().out
+    assert cli.main(["bandit", "--agent", "uniform", "--steps", "60", "--retrain-every", "30",
+                     "--seeds", "3", "--quiet", "--db", merged]) == 0
+    out = capsys.readouterr().out
+    assert "0 seeds computed" in out and "3 reused" in out
+
+
 @pytest.mark.parametrize("words, fragments", [
     (["--agent", "uniform", "--seeds", "0"], ["--seeds must be an integer >= 1, got 0"]),
     (["--agent", "uniform", "--retrain-every", "0"],

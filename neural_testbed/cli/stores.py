@@ -10,8 +10,9 @@ from neural_testbed.leaderboard import store as store_lib
 def _add_merge(commands, g: options.Groups) -> None:
     parser = commands.add_parser(
         "merge", parents=[g.common], help="combine results stores into one",
-        description="Copy the rows and the stored `tal` and `probe` results of several "
-                    "stores (e.g. the shards of a sweep) into one. Exact duplicates are "
+        description="Copy the rows and the stored study results (`tal`, `probe`, `bandit`, "
+                    "`active`) of several stores (e.g. the shards of a sweep, or one "
+                    "study's runs made on two machines) into one. Exact duplicates are "
                     "skipped; rows or results with the same key but different values are "
                     "refused, and nothing is written.")
     parser.add_argument("inputs", nargs="+", metavar="DB", help="stores to read")
@@ -27,7 +28,8 @@ def _add_export(commands, g: options.Groups) -> None:
         description="Write every stored row to a CSV or Parquet file (the predictives kept "
                     "for `xll` are binary and are not exported; `merge` carries them), or with "
                     "--table "
-                    "studies the results of `tal` and `probe`, one value per line. For "
+                    "studies the results of `tal`, `probe`, `bandit` and `active`, one value "
+                    "per line. For "
                     f"spreadsheets, {options.SPREADSHEET_NOTE}.")
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
                         help="the file to write")
@@ -37,10 +39,11 @@ def _add_export(commands, g: options.Groups) -> None:
                              "'neural-testbed[analysis]')")
     parser.add_argument("--table", default="rows", choices=["rows", "studies"],
                         help="rows (default): one line per stored row; studies: one line per "
-                             "value of the stored tal and probe results, columns "
-                             + ", ".join(studies.LONG_COLUMNS) + " (TAL: name a method, at "
-                             "round=R, then its metacorrelation; probes: name a probe, at its "
-                             "parameter)")
+                             "value of the stored tal, probe, bandit and active results, "
+                             "columns " + ", ".join(studies.LONG_COLUMNS) + " (TAL: name a "
+                             "method, at round=R, then its metacorrelation; probes: name a "
+                             "probe, at its parameter; bandit: name cumulative_regret, at "
+                             "step=S; active: name 'kl_1 PRIORITY', at labels=N)")
     parser.set_defaults(handler=export)
 
 
