@@ -6,13 +6,15 @@ from neural_testbed.cli import checks, options
 from neural_testbed.leaderboard import frames, studies
 from neural_testbed.leaderboard import store as store_lib
 
+_KINDS = ", ".join(studies.STUDIES)  # the study results a store holds beside its rows
+
 
 def _add_merge(commands, g: options.Groups) -> None:
     parser = commands.add_parser(
         "merge", parents=[g.common], help="combine results stores into one",
-        description="Copy the rows and the stored study results (`tal`, `probe`, `bandit`, "
-                    "`active`) of several stores (e.g. the shards of a sweep, or one "
-                    "study's runs made on two machines) into one. Exact duplicates are "
+        description=f"Copy the rows and the stored study results ({_KINDS}) of several "
+                    "stores (e.g. the shards of a sweep, or one study's runs made on two "
+                    "machines) into one. Exact duplicates are "
                     "skipped; rows or results with the same key but different values are "
                     "refused, and nothing is written.")
     parser.add_argument("inputs", nargs="+", metavar="DB", help="stores to read")
@@ -28,8 +30,7 @@ def _add_export(commands, g: options.Groups) -> None:
         description="Write every stored row to a CSV or Parquet file (the predictives kept "
                     "for `xll` are binary and are not exported; `merge` carries them), or with "
                     "--table "
-                    "studies the results of `tal`, `probe`, `bandit` and `active`, one value "
-                    "per line. For "
+                    f"studies the study results ({_KINDS}), one value per line. For "
                     f"spreadsheets, {options.SPREADSHEET_NOTE}.")
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
                         help="the file to write")
@@ -39,7 +40,7 @@ def _add_export(commands, g: options.Groups) -> None:
                              "'neural-testbed[analysis]')")
     parser.add_argument("--table", default="rows", choices=["rows", "studies"],
                         help="rows (default): one line per stored row; studies: one line per "
-                             "value of the stored tal, probe, bandit and active results, "
+                             f"value of the stored study results ({_KINDS}), "
                              "columns " + ", ".join(studies.LONG_COLUMNS) + " (TAL: name a "
                              "method, at round=R, then its metacorrelation; probes: name a "
                              "probe, at its parameter; bandit: name cumulative_regret, at "
@@ -53,7 +54,7 @@ def merge(args) -> int:
     line = (f"merged {len(args.inputs)} stores into {args.output}: {summary.added} rows added, "
             f"{summary.duplicates} exact duplicates skipped")
     if summary.studies:
-        line += (f"; {summary.studies_added} study results added (tal, probe, bandit, active), "
+        line += (f"; {summary.studies_added} study results added ({_KINDS}), "
                  f"{summary.studies_duplicates} exact duplicates skipped")
     print(line)
     return 0
