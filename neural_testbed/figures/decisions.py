@@ -63,6 +63,8 @@ def figure_active(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     return save_figure(figure, path)
 
 
+_MARKERS = "osD^vP*Xhp<>"  # one per agent, beside its colour, in the correlation figure
+
 _DECISION_LABELS = {"bandit": "bandit: total regret",
                     "active": "active learning: gain over uniform"}
 
@@ -73,27 +75,36 @@ def figure_decision_correlation(records: Sequence[Mapping[str, Any]],
     :func:`neural_testbed.leaderboard.decision_correlation.correlate_decisions`'s records
     to ``path`` (PNG, and a PDF beside it): a panel per decision (row) and sweep and tau
     (column), a point per agent, and Spearman's rho with its bootstrap interval in the
-    title. No error bars: the agents meet the same seeds and problems, so a standard
-    error over them would mostly show how seeds and problems differ, not how sure the
-    agents' order is; the interval is that."""
+    title. Agents are told apart by colour and marker in one legend, not by names beside
+    the points: the points of agents with like scores sit on each other and their names
+    would overlap. No error bars: the agents meet the same seeds and problems, so a
+    standard error over them would mostly show how seeds and problems differ, not how
+    sure the agents' order is; the interval is that."""
     decisions = list(dict.fromkeys(r["decision"] for r in records))
     columns = list(dict.fromkeys((r["sweep"], r["tau"]) for r in records))
-    figure = new_figure((3.2 * len(columns), 3.0 * len(decisions)))
+    figure = new_figure((3.2 * len(columns), 3.0 * len(decisions) + 0.6))
     grid = figure.subplots(len(decisions), len(columns), squeeze=False)
-    colours = agent_colours(a for r in records for a in r["agent_names"])
+    agents = sorted({a for r in records for a in r["agent_names"]})
+    colours = agent_colours(agents)
+    markers = {a: _MARKERS[i % len(_MARKERS)] for i, a in enumerate(agents)}
     for record in records:
         axes = grid[decisions.index(record["decision"]),
                     columns.index((record["sweep"], record["tau"]))]
         for agent, kl, value in zip(record["agent_names"], record["kl"], record["value"]):
-            axes.plot(kl, value, "o", color=colours[agent], markersize=5)
-            axes.annotate(agent, (kl, value), fontsize="x-small", xytext=(3, 3),
-                          textcoords="offset points")
+            axes.plot(kl, value, markers[agent], color=colours[agent], markersize=6,
+                      alpha=0.85, label=agent)
         rho = ("n/a" if math.isnan(record["spearman"]) else
                f"{record['spearman']:.2f} [{record['p5']:.2f}, {record['p95']:.2f}]")
         axes.set_title(f"{record['sweep']}: $\\rho$ = {rho}", fontsize="small")
         axes.set_xlabel(loss_label(record["tau"]))
-        axes.margins(x=0.2, y=0.12)  # room for the names
+        axes.margins(x=0.1, y=0.1)
         axes.grid(alpha=0.3)
     for row, decision in enumerate(decisions):
         grid[row, 0].set_ylabel(_DECISION_LABELS[decision])
+    handles = {}
+    for axes in grid.flat:  # one handle per agent, whichever panel drew it
+        for handle, label in zip(*axes.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend([handles[a] for a in agents], agents, loc="outside lower center",
+                  ncols=min(len(agents), 11), fontsize="small", frameon=False)
     return save_figure(figure, path)
