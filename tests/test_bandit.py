@@ -142,9 +142,11 @@ def test_the_command_stores_each_seed_resumes_and_prints_every_config_of_the_set
     assert sorted(float(r["value"]) for r in last) == pytest.approx(sorted(totals), rel=1e-5)
 
 
-def test_runs_made_in_two_stores_merge_into_one_that_reuses_them(tmp_path, capsys):
+def test_runs_made_in_two_stores_merge_into_one_that_reuses_them(tmp_path, capsys,
+                                                                 one_error_line):
     """Seeds run on two machines merge into one store (a seed both ran is the same
-    record, skipped as an exact duplicate), and a rerun there computes nothing."""
+    record, skipped as an exact duplicate), and a rerun there computes nothing; the
+    leaderboard of a store of bandit records alone says what it holds."""
     for name, seeds in (("a", "2"), ("b", "3")):
         assert cli.main(["bandit", "--agent", "uniform", "--steps", "60", "--retrain-every",
                          "30", "--seeds", seeds, "--seeds-per-unit", "1", "--quiet",
@@ -158,6 +160,8 @@ def test_runs_made_in_two_stores_merge_into_one_that_reuses_them(tmp_path, capsy
                      "--seeds", "3", "--quiet", "--db", merged]) == 0
     out = capsys.readouterr().out
     assert "0 seeds computed" in out and "3 reused" in out
+    assert cli.main(["leaderboard", "--db", merged]) == 2
+    one_error_line("holds study records (bandit) but no `run` rows yet")
 
 
 @pytest.mark.parametrize("words, fragments", [

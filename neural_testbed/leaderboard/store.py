@@ -749,18 +749,17 @@ class ResultsStore:
 def rows_to_score(path: str, with_baselines: bool = False) -> list[StoredRow]:
     """Every row of the store at ``path``, for the commands that score stored rows.
 
-    A store holding only study records (`tal`, `probe`, `bandit`, `active`), or nothing,
-    is refused with a
-    :class:`StoreError` that says what to do; with ``with_baselines`` (the published
+    A store holding only study records (bandit regrets, active-learning curves...), or
+    nothing, is refused with a :class:`StoreError` that says what to do; with ``with_baselines`` (the published
     rows are added by the caller) an empty or missing store is no rows.
     """
     if with_baselines and not os.path.exists(path):
         return []  # the published rows alone
     with ResultsStore(path, create=False) as store:
         rows = store.rows()
-        studies_only = not rows and bool(store.studies())
-    if studies_only:  # study records are shown beside an agent's `run` rows, not alone
-        raise StoreError(f"{path!r} holds study records (tal, probe, bandit, active) but no "
+        held = sorted({r["study"] for r in store.studies()}) if not rows else []
+    if held:  # study records are shown beside an agent's `run` rows, not alone
+        raise StoreError(f"{path!r} holds study records ({', '.join(held)}) but no "
                          "`run` rows yet: run the agent on a sweep, or export them with "
                          "`export --table studies`")
     if not rows and not with_baselines:
