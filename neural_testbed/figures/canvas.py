@@ -27,8 +27,8 @@ except ImportError as error:  # matplotlib is only needed for figures
 
 from neural_testbed import outputs
 
-__all__ = ["DPI", "PNG_DPI", "line_with_band", "loss_label", "new_figure", "save_figure",
-           "tau_label"]
+__all__ = ["DPI", "PNG_DPI", "legend_handles", "line_with_band", "loss_label", "new_figure",
+           "save_figure", "tau_label"]
 
 DPI = 100  # the layout's dots per inch (fonts and lines are in points whatever it is)
 PNG_DPI = 200  # the PNG's pixels per inch: sharp on a screen and in slides
@@ -50,6 +50,16 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
     figure = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
+
+
+def legend_handles(axes) -> dict[str, object]:
+    """Each label's handle over every panel in ``axes``, for one legend of the figure: a
+    label (an agent) may be missing from some panels."""
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    return handles
 
 
 def line_with_band(axes, x, mean, stderr, **line) -> None:

@@ -11,7 +11,13 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neural_testbed.figures.canvas import line_with_band, loss_label, new_figure, save_figure
+from neural_testbed.figures.canvas import (
+    legend_handles,
+    line_with_band,
+    loss_label,
+    new_figure,
+    save_figure,
+)
 from neural_testbed.figures.leaderboard import agent_colours
 
 __all__ = ["figure_active", "figure_decision_correlation", "figure_regret"]
@@ -101,10 +107,7 @@ def figure_decision_correlation(records: Sequence[Mapping[str, Any]],
         axes.grid(alpha=0.3)
     for row, decision in enumerate(decisions):
         grid[row, 0].set_ylabel(_DECISION_LABELS[decision])
-    handles = {}
-    for axes in grid.flat:  # one handle per agent, whichever panel drew it
-        for handle, label in zip(*axes.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
+    handles = legend_handles(grid.flat)
     figure.legend([handles[a] for a in agents], agents, loc="outside lower center",
                   ncols=min(len(agents), 11), fontsize="small", frameon=False)
     return save_figure(figure, path)

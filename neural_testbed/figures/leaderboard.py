@@ -26,7 +26,13 @@ from matplotlib import ticker
 
 from neural_testbed import base, generative
 from neural_testbed.agents import host, registry
-from neural_testbed.figures.canvas import loss_label, new_figure, save_figure, tau_label
+from neural_testbed.figures.canvas import (
+    legend_handles,
+    loss_label,
+    new_figure,
+    save_figure,
+    tau_label,
+)
 from neural_testbed.leaderboard import baselines, panels, scoring
 from neural_testbed.leaderboard import configs as configs_lib
 from neural_testbed.leaderboard import problems as problems_lib
@@ -250,9 +256,7 @@ def figure_kl_vs_num_train(
     real = records[0]["metric"] == "nll"  # real data: the NLL
     for row in grid:
         row[0].set_ylabel(f"{loss_label(tau, 'nll' if real else 'kl')} (mean over seeds)")
-    legend = {}  # label -> handle, over every panel: an agent may miss one
-    for ax in axes:
-        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    legend = legend_handles(axes)
     # Outside the panels, to their right: over the data, it hid the curves it names.
     figure.legend(legend.values(), legend.keys(), fontsize=8, loc="outside right upper")
     figure.suptitle(f"{'NLL' if real else 'KL'} at {tau_label(tau)} against the number of "

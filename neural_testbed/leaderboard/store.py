@@ -750,8 +750,9 @@ def rows_to_score(path: str, with_baselines: bool = False) -> list[StoredRow]:
     """Every row of the store at ``path``, for the commands that score stored rows.
 
     A store holding only study records (bandit regrets, active-learning curves...), or
-    nothing, is refused with a :class:`StoreError` that says what to do; with ``with_baselines`` (the published
-    rows are added by the caller) an empty or missing store is no rows.
+    nothing, is refused with a :class:`StoreError` that says what to do; with
+    ``with_baselines`` (the published rows are added by the caller) an empty or missing
+    store is no rows.
     """
     if with_baselines and not os.path.exists(path):
         return []  # the published rows alone
