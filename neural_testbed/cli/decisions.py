@@ -316,11 +316,12 @@ def correlate_decisions(args) -> int:
     with store_lib.ResultsStore(args.db, create=False) as store:
         regrets = decision_correlation.bandit_regrets(store.studies(
             study="bandit", settings_hash=studies.settings_hash(
-                "bandit", studies.bandit_settings_json(bandit_setting))), hashes)
+                "bandit", studies.bandit_settings_json(bandit_setting))), hashes, seeds)
         gains = decision_correlation.active_gains(
             [r for s in active_settings for r in store.studies(
                 study="active", settings_hash=studies.settings_hash(
-                    "active", studies.active_settings_json(s)))], hashes, args.priority)
+                    "active", studies.active_settings_json(s)))], hashes, args.priority,
+            seeds)
         rows = store.rows()
     sweeps, notes = {}, []
     for sweep in _SWEEPS:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,26 +70,32 @@ def _seed(record: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
     return data, int(data["seed"])
 
 
-def bandit_regrets(records: Iterable[Mapping[str, Any]], hashes: Mapping[str, str]) -> PerSeed:
-    """Each agent's total regret per seed, from bandit records of one setting; only the
-    config whose hash ``hashes`` gives for the agent."""
+def bandit_regrets(records: Iterable[Mapping[str, Any]], hashes: Mapping[str, str],
+                   seeds: Collection[int]) -> PerSeed:
+    """Each agent's total regret per seed of ``seeds``, from bandit records of one setting;
+    only the config whose hash ``hashes`` gives for the agent. (A store may hold more
+    seeds, from a longer run: the study is of the seeds it is asked for.)"""
     out: PerSeed = {}
     for r in records:
         if hashes.get(r["agent"]) == r["config_hash"]:
             data, seed = _seed(r)
-            out.setdefault(r["agent"], {})[seed] = float(data["total_regret"])
+            if seed in seeds:
+                out.setdefault(r["agent"], {})[seed] = float(data["total_regret"])
     return out
 
 
 def active_gains(records: Iterable[Mapping[str, Any]], hashes: Mapping[str, str],
-                 priority: str) -> PerSeed:
-    """Each agent's gain of ``priority`` over ``uniform`` per seed: the mean d_KL over the
-    trainings with uniform picks minus with the priority, from active-learning records
-    of one setting but the priority; seeds without both are left out."""
+                 priority: str, seeds: Collection[int]) -> PerSeed:
+    """Each agent's gain of ``priority`` over ``uniform`` per seed of ``seeds``: the mean
+    d_KL over the trainings with uniform picks minus with the priority, from
+    active-learning records of one setting but the priority; seeds without both are left
+    out."""
     curves: dict[tuple[str, str], dict[int, float]] = {}
     for r in records:
         if hashes.get(r["agent"]) == r["config_hash"]:
             data, seed = _seed(r)
+            if seed not in seeds:
+                continue
             curves.setdefault((r["agent"], data["priority"]), {})[seed] = float(
                 np.mean(data["kl"]))
     out: PerSeed = {}

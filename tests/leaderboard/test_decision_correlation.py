@@ -113,9 +113,10 @@ def test_bad_arguments_are_refused(decisions, draws, fragment):
         decision_correlation.correlate_decisions(decisions, {}, num_bootstrap=draws)
 
 
-def test_values_are_read_from_the_stored_records_of_the_default_config_only():
+def test_values_are_read_from_the_stored_records_of_the_default_config_and_seeds_only():
     """Regret is a record's total; gain is uniform's mean d_KL minus the priority's on the
-    same seed; another config and a seed without its uniform twin are left out."""
+    same seed; another config, a seed not asked for and a seed without its uniform twin
+    are left out."""
     hashes = {"mlp": "h"}
     setting = bandit.BanditSetting(num_steps=3, retrain_every=1)
 
@@ -127,7 +128,8 @@ def test_values_are_read_from_the_stored_records_of_the_default_config_only():
 
     regrets = decision_correlation.bandit_regrets(
         [regret_record("h", 0, [0.5, 0.25, 0]), regret_record("h", 1, [1, 1, 1]),
-         regret_record("other", 0, [9, 9, 9])], hashes)
+         regret_record("other", 0, [9, 9, 9]), regret_record("h", 2, [1, 1, 1])], hashes,
+        seeds=range(2))
     assert regrets == {"mlp": {0: 0.75, 1: 3.0}}
 
     def active_record(priority, seed, kl):
@@ -139,7 +141,8 @@ def test_values_are_read_from_the_stored_records_of_the_default_config_only():
 
     gains = decision_correlation.active_gains(
         [active_record("uniform", 0, [0.5, 0.25, 0.125]), active_record("bald", 0, [0.5, 0.125, 0]),
-         active_record("bald", 1, [0.5, 0.5, 0.5])], hashes, "bald")
+         active_record("bald", 1, [0.5, 0.5, 0.5]), active_record("uniform", 2, [1, 1, 1]),
+         active_record("bald", 2, [0, 0, 0])], hashes, "bald", seeds=range(2))
     assert gains == {"mlp": {0: pytest.approx((0.875 - 0.625) / 3)}}
 
 
@@ -154,12 +157,12 @@ def _correlate(tmp_path, *words):
                      *WORDS, *words])
 
 
-def _stored_runs(agent: str, regret: float, kl: float) -> list[dict]:
-    """Made-up bandit and active-learning records of seeds 0 and 1 of ``agent``'s default
+def _stored_runs(agent: str, regret: float, kl: float, seeds=(0, 1)) -> list[dict]:
+    """Made-up bandit and active-learning records of ``seeds`` of ``agent``'s default
     config with the settings of WORDS, as the command stores them."""
     config = registry.get_agent(agent).default
     records = []
-    for seed in (0, 1):
+    for seed in seeds:
         run = bandit.BanditRun(np.zeros(12, np.int32), np.zeros(12, np.int32),
                                np.full(12, regret / 12 * (1 + seed), np.float32))
         records.append(studies.bandit_record(agent, config, seed, run, BANDIT))
@@ -199,6 +202,24 @@ def test_the_command_computes_only_what_is_not_stored_and_correlates_with_publis
                     for r in store.studies(agent="uniform")]
     assert sorted(computed) == [("active", p, f"active/{s}") for p in ("bald", "uniform")
                                 for s in (0, 1)] + [("bandit", None, f"bandit/{s}") for s in (0, 1)]
+
+
+def test_the_study_is_of_the_seeds_asked_for_where_the_store_holds_more(tmp_path, capsys):
+    """A store with a longer run's seeds (0 to 2) gives `--seeds 2` the correlation of
+    seeds 0 and 1, as its header says, and `--seeds 3` that of all three."""
+    agents = ("uniform", "average_class_probs", "mlp")
+    with leaderboard.ResultsStore(str(tmp_path / "decisions.db")) as store:
+        store.write_studies([r for i, agent in enumerate(agents)
+                             for r in _stored_runs(agent, 3.0 + i, 0.1 * (1 + i),
+                                                   seeds=(0, 1, 2))])
+    for seeds in (2, 3):
+        assert _correlate(tmp_path, "--agent", ",".join(agents), "--format", "csv",
+                          "--seeds", str(seeds)) == 0
+        captured = capsys.readouterr()
+        assert "0 seed runs computed" in captured.err
+        assert f"seeds 0..{seeds - 1};" in captured.err
+        table = list(csv.DictReader(io.StringIO(captured.out)))
+        assert table and all(r["seeds"] == str(seeds) for r in table)
 
 
 @pytest.mark.parametrize("words, fragments", [
