@@ -17,8 +17,9 @@
 #           for AGENTS (default: those too slow for the 2-core CPU: ensemble ensemble+ bbb
 #           hypermodel sgmcmc); a bandit stream and an active-learning stream.
 #   full    the reference's scale of the study (10,000 steps; 500 labels) for every
-#           agent of the study, cheapest first; 8 seeds. Hours of CPU per agent; even on
-#           a GPU sgmcmc's 100 trainings of 500,000 steps a seed will not fit one session.
+#           agent of the study, cheapest first; 8 seeds. Hours of CPU per agent; on a
+#           GPU, sgmcmc's bandit alone is 50 million steps one after another (100
+#           trainings of 500,000), likely more than one session.
 #
 # Usage, on the device machine from the repository root (no install needed):
 #   OUT=$OUT DEADLINE_S=540 bash tools/gpu_decisions.sh
