@@ -100,11 +100,8 @@ for s in "${STREAMS[@]}"; do stream "$s" & done
 wait
 for s in "${STREAMS[@]}"; do
   [ -f "$WORK/$s.db" ] || continue
-  # A backup holds what the write-ahead log of a stopped run still held.
-  "$PY" -c "import sqlite3, sys; src = sqlite3.connect(sys.argv[1]); \
-dst = sqlite3.connect(sys.argv[2]); src.backup(dst); print(sys.argv[3], dst.execute( \
-\"select study, count(*) from studies group by study\").fetchall(), 'records')" \
-    "$WORK/$s.db" "$OUT/$s.db" "$s" 2>&1 | tee -a "$LOG"
+  # The project's merge copies what a stopped run's write-ahead log still held, too.
+  say "$s: $("${CLI[@]}" merge -o "$OUT/$s.db" "$WORK/$s.db" 2>&1 | tail -n 1)"
   gzip -f "$OUT/$s.db"
 done
 say "done"
