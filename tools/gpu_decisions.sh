@@ -25,6 +25,7 @@
 #   OUT=$OUT DEADLINE_S=540 bash tools/gpu_decisions.sh
 #   OUT=$OUT SEEDS=16 AGENTS="sgmcmc hypermodel" bash tools/gpu_decisions.sh seeds
 # SEEDS_PER_UNIT (default 8) seeds share a program and are stored together.
+# To run it beside tools/gpu_rows.sh in one device call, see that script's header.
 # Then, here, the new seeds into the committed store (exact duplicates are skipped):
 #   gunzip -k OUT/*.db.gz && gunzip -c benchmarks/results/decision_study.db.gz > base.db
 #   neural-testbed merge -o all.db base.db OUT/*.db && gzip -9 -c all.db \

@@ -15,6 +15,9 @@
 # hmc needs blackjax, which the device image lacks: here, before the run,
 #   .venv/bin/pip install --no-deps --target .gpu_deps blackjax==1.7.1
 # and carry ".gpu_deps" (it is put on PYTHONPATH when present).
+# With issue 49's decision runs side by side, in one device call (separate OUT folders):
+#   mkdir -p $OUT/r $OUT/d; OUT=$OUT/r DEADLINE_S=540 bash tools/gpu_rows.sh &
+#   OUT=$OUT/d DEADLINE_S=540 bash tools/gpu_decisions.sh; wait
 # Then, here, to pack the rows into the table (the rows keep their device's stamp):
 #   gunzip -k OUT/*.db.gz
 #   PYTHONPATH=. python tools/publish_baselines.py --db B.db --out table.json.gz \
